@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * ctx.c - contexts: lifecycle, the context lock, logging, context-wide
+ * statistics.
+ *
+ * The context lock (ctx->map_lock) plays the part of mmap_lock: held for
+ * writing by every change to the region map, for reading by the slow fault
+ * path. The thread-local tls_locked_ctx records which context's lock the
+ * calling thread holds, for faultd_ctx_lock_held() and so that a stats read
+ * from inside the lock does not take it twice.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Enough zeros for the largest page a region may have (2 MiB). */
+#define ZERO_BUF_LEN (2ul << 20)
+
+static __thread const struct faultd_ctx *tls_locked_ctx;
+
+FAULTD_EXPORT const char *faultd_version(void)
+{
+	return FAULTD_VERSION_STRING;
+}
+
+void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	if (!ctx || !ctx->log || level > ctx->log_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	ctx->log(ctx->log_arg, level, line);
+}
+
+/*
+ * opts_copy() - copy a caller's option struct of any size into ours, the
+ * way the kernel's copy_struct_from_user() does: a shorter struct than
+ * @min is refused, a longer one is accepted only when the fields we do not
+ * know are zero, and our fields the caller did not have are zeroed.
+ */
+int opts_copy(void *dst, size_t dst_size, const void *src, size_t min)
+{
+	size_t src_size = *(const size_t *)src;
+	const unsigned char *tail = (const unsigned char *)src + dst_size;
+
+	if (src_size < min)
+		return -EINVAL;
+	for (size_t i = 0; dst_size + i < src_size; i++)
+		if (tail[i])
+			return -E2BIG;
+	memset(dst, 0, dst_size);
+	memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
+	return 0;
+}
+
+void map_read_lock(struct faultd_ctx *ctx)
+{
+	pthread_rwlock_rdlock(&ctx->map_lock);
+	tls_locked_ctx = ctx;
+}
+
+void map_read_unlock(struct faultd_ctx *ctx)
+{
+	tls_locked_ctx = NULL;
+	pthread_rwlock_unlock(&ctx->map_lock);
+}
+
+void map_write_lock(struct faultd_ctx *ctx)
+{
+	pthread_rwlock_wrlock(&ctx->map_lock);
+	tls_locked_ctx = ctx;
+}
+
+void map_write_unlock(struct faultd_ctx *ctx)
+{
+	tls_locked_ctx = NULL;
+	pthread_rwlock_unlock(&ctx->map_lock);
+}
+
+FAULTD_EXPORT int faultd_ctx_lock_held(const struct faultd_ctx *ctx)
+{
+	return ctx && tls_locked_ctx == ctx;
+}
+
+/* A writer-preferring rwlock: a waiting writer makes try-locks fail. */
+int rwlock_init_writer_pref(pthread_rwlock_t *lock)
+{
+	pthread_rwlockattr_t attr;
+	int ret;
+
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(
+		&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	ret = pthread_rwlock_init(lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
+	return -ret;
+}
+
+static int lock_mode_from_env(unsigned int mode, int *changed)
+{
+	const char *env = getenv("FAULTD_LOCK_MODE");
+
+	*changed = 0;
+	if (!env || !*env)
+		return (int)mode;
+	*changed = 1;
+	if (!strcmp(env, "global"))
+		return FAULTD_LOCK_GLOBAL;
+	if (!strcmp(env, "region"))
+		return FAULTD_LOCK_REGION;
+	return -EINVAL;
+}
+
+static int ctx_apply_opts(struct faultd_ctx *ctx,
+			  const struct faultd_ctx_opts *o)
+{
+	int mode, from_env;
+
+	if (o->lock_mode > FAULTD_LOCK_GLOBAL)
+		return -EINVAL;
+	mode = lock_mode_from_env(o->lock_mode, &from_env);
+	if (mode < 0)
+		return mode;
+	ctx->lock_mode = (unsigned int)mode;
+	ctx->handler_threads = o->handler_threads ? o->handler_threads : 1;
+	ctx->log = o->log;
+	ctx->log_arg = o->log_arg;
+	ctx->log_level = o->log_level ? o->log_level : FAULTD_LOG_WARNING;
+	if (from_env)
+		fd_info(ctx, "lock mode %s from FAULTD_LOCK_MODE",
+			mode == FAULTD_LOCK_GLOBAL ? "global" : "region");
+	return 0;
+}
+
+FAULTD_EXPORT int faultd_ctx_create(const struct faultd_ctx_opts *opts,
+				    struct faultd_ctx **ctxp)
+{
+	struct faultd_ctx_opts o = { .size = sizeof(o) };
+	struct faultd_ctx *ctx;
+	int ret;
+
+	if (!ctxp)
+		return -EINVAL;
+	if (opts) {
+		ret = opts_copy(&o, sizeof(o), opts,
+				offsetof(struct faultd_ctx_opts, log_level) +
+					sizeof(int));
+		if (ret < 0)
+			return ret;
+	}
+	ret = uffd_probe(NULL);
+	if (ret < 0)
+		return ret;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	ret = ctx_apply_opts(ctx, &o);
+	if (ret < 0)
+		goto err_free;
+	ctx->page_size = sysconf(_SC_PAGESIZE);
+	ctx->zero_page = mmap(NULL, ZERO_BUF_LEN, PROT_READ,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ctx->zero_page == MAP_FAILED) {
+		ret = -errno;
+		goto err_free;
+	}
+	ret = rwlock_init_writer_pref(&ctx->map_lock);
+	if (ret < 0)
+		goto err_unmap;
+	ret = map_init(ctx);
+	if (ret < 0)
+		goto err_lock;
+	pthread_mutex_init(&ctx->pager_lock, NULL);
+	pthread_mutex_init(&ctx->stats_lock, NULL);
+	*ctxp = ctx;
+	return 0;
+
+err_lock:
+	pthread_rwlock_destroy(&ctx->map_lock);
+err_unmap:
+	munmap(ctx->zero_page, ZERO_BUF_LEN);
+err_free:
+	free(ctx);
+	return ret;
+}
+
+FAULTD_EXPORT void faultd_ctx_destroy(struct faultd_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	while (ctx->regions)
+		faultd_region_destroy(ctx->regions);
+	while (ctx->groups)
+		faultd_group_destroy(ctx->groups);
+	map_destroy(ctx);
+	pthread_mutex_destroy(&ctx->stats_lock);
+	pthread_mutex_destroy(&ctx->pager_lock);
+	pthread_rwlock_destroy(&ctx->map_lock);
+	munmap(ctx->zero_page, ZERO_BUF_LEN);
+	free(ctx);
+}
+
+/* Fold the counters of a destroyed region or an exiting group in. */
+void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
+		      unsigned int n)
+{
+	pthread_mutex_lock(&ctx->stats_lock);
+	for (unsigned int i = 0; i < n; i++)
+		stat_sum(&ctx->retired, &s[i]);
+	pthread_mutex_unlock(&ctx->stats_lock);
+}
+
+static void ctx_sum_live_locked(const struct faultd_ctx *ctx,
+				struct stat_block *acc)
+{
+	for (const struct faultd_region *r = ctx->regions; r; r = r->next)
+		for (unsigned int i = 0; i < r->nr_stats; i++)
+			stat_sum(acc, &r->stats[i]);
+	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
+		for (unsigned int i = 0; i < g->nthreads; i++)
+			stat_sum(acc, &g->handlers[i].stats);
+}
+
+FAULTD_EXPORT int faultd_ctx_stats(const struct faultd_ctx *cctx,
+				   struct faultd_stats *stats)
+{
+	struct faultd_ctx *ctx = (struct faultd_ctx *)cctx;
+	struct stat_block *acc;
+	bool locked;
+
+	if (!ctx || !stats || stats->size < sizeof(stats->size))
+		return -EINVAL;
+	acc = calloc(1, sizeof(*acc));
+	if (!acc)
+		return -ENOMEM;
+	locked = faultd_ctx_lock_held(ctx);
+	if (!locked)
+		map_read_lock(ctx);
+	pthread_mutex_lock(&ctx->stats_lock);
+	stat_sum(acc, &ctx->retired);
+	pthread_mutex_unlock(&ctx->stats_lock);
+	ctx_sum_live_locked(ctx, acc);
+	if (!locked)
+		map_read_unlock(ctx);
+	stat_export(stats, acc);
+	free(acc);
+	return 0;
+}

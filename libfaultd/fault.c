@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * fault.c - the fault path: from one page-fault message to its resolution.
+ *
+ * It mirrors the kernel's do_user_addr_fault() since "Handle more faults
+ * under the VMA lock": find the region under RCU, try-lock it for reading,
+ * resolve the fault under that lock alone. When the resolution needs the
+ * context lock, it returns FAULTD_RETRY; the fault is then looked up again
+ * and handled with the context lock held for reading. In FAULTD_LOCK_GLOBAL
+ * mode every fault takes that second path.
+ *
+ * Every path ends in exactly one of: the page filled (waking the waiters),
+ * the waiters woken because someone else filled it, the page poisoned, the
+ * fault parked for a retry, or the waiters woken to find the memory gone.
+ * No thread is left asleep and no page is silently zero-filled in place of
+ * content.
+ */
+#define _LGPL_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <urcu/urcu-memb.h>
+
+#include "internal.h"
+
+/* The fault being handled, like struct vm_fault. */
+struct fault {
+	struct handler *h;
+	struct fault_req *req;
+	struct faultd_region *r;
+	uintptr_t addr;		/* page-aligned */
+	uint64_t off;		/* addr - region base */
+	size_t len;		/* bytes to resolve: one page */
+	uint64_t msg_flags;	/* UFFD_PAGEFAULT_FLAG_* */
+	unsigned int flags;	/* FAULT_* */
+	struct stat_block *st;	/* this thread's counters for the region */
+};
+
+#define FAULT_LOCKED (1u << 0) /* the context lock is held for reading */
+
+/*
+ * fault_commit() - the fault is about to be resolved as @kind. Count it
+ * now, before the ioctl that wakes the faulting thread, so that a thread
+ * that sees its page also sees the fault counted. A parked fault that is
+ * retried is counted once.
+ */
+static void fault_commit(struct fault *f, enum stat_item kind)
+{
+	if (f->req->counted)
+		return;
+	f->req->counted = true;
+	stat_inc(f->st, ST_FAULTS);
+	stat_inc(f->st, (f->flags & FAULT_LOCKED) ? ST_LOCKED : ST_FAST);
+	stat_inc(f->st, kind);
+}
+
+static void fault_setup(struct fault *f, uintptr_t addr)
+{
+	struct faultd_region *r = f->r;
+
+	f->addr = addr & ~((uintptr_t)r->page_size - 1);
+	f->off = f->addr - r->base;
+	f->len = r->page_size;
+	f->st = &r->stats[f->h->slot];
+}
+
+static int fault_uffd(const struct fault *f)
+{
+	return f->r->group->uffd;
+}
+
+/*
+ * fault_finish() - account for the result of a fill ioctl.
+ * Returns 0 when the fault is over, FAULTD_PARK to retry it later, or the
+ * negative errno of a failure the caller must turn into a poison.
+ */
+static int fault_finish(struct fault *f, ssize_t ret)
+{
+	switch (uffd_classify(ret)) {
+	case UFFD_DONE:
+		return 0;
+	case UFFD_EXISTS:
+		stat_inc(f->st, ST_EEXIST);
+		uffd_wake(fault_uffd(f), f->addr, f->len);
+		return 0;
+	case UFFD_AGAIN:
+		stat_inc(f->st, ST_EAGAIN);
+		return FAULTD_PARK;
+	case UFFD_GONE:
+		stat_inc(f->st, ST_GONE);
+		return 0;
+	case UFFD_FAILED:
+		break;
+	}
+	return (int)ret;
+}
+
+/*
+ * fault_poison() - the content of the page cannot be produced: make every
+ * access to it fail with SIGBUS (UFFDIO_POISON), never fill it with zeros.
+ * Without UFFDIO_POISON (kernels before 6.6) the page is made inaccessible
+ * instead, and the access gets SIGSEGV.
+ */
+static int poison_by_mprotect(struct fault *f)
+{
+	if (mprotect((void *)f->addr, f->len, PROT_NONE) < 0)
+		fd_err(f->r->ctx, "%s: cannot make the page inaccessible: %s",
+		       f->r->name, strerror(errno));
+	uffd_wake(fault_uffd(f), f->addr, f->len);
+	return 0;
+}
+
+static int fault_poison(struct fault *f, int err)
+{
+	int ret;
+
+	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
+	       (unsigned long long)f->off, strerror(-err));
+	stat_inc(f->st, ST_POISONED);
+	if (uffd_have() & FAULTD_HAVE_POISON) {
+		ret = fault_finish(f, uffd_poison(fault_uffd(f), f->addr,
+						  f->len, 0));
+		if (ret >= 0)
+			return ret;
+		fd_err(f->r->ctx, "%s: UFFDIO_POISON: %s", f->r->name,
+		       strerror(-ret));
+	}
+	return poison_by_mprotect(f);
+}
+
+/* Resolve with @len bytes copied from @src; poison if the copy fails. */
+static int fault_copy(struct fault *f, const void *src)
+{
+	ssize_t ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, 0);
+
+	ret = fault_finish(f, ret);
+	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
+}
+
+/*
+ * do_zero_fault() - a missing page of a region without a pager.
+ * A read maps the shared zero page (UFFDIO_ZEROPAGE), as the kernel does
+ * for a read of anonymous memory. A write to anonymous memory gets a copy
+ * of zeros instead, so that the write does not fault a second time to
+ * replace the zero page. shmem has no zero page: ZEROPAGE allocates.
+ */
+static int do_zero_fault(struct fault *f)
+{
+	ssize_t ret;
+
+	fault_commit(f, ST_ZERO_FILLS);
+	if ((f->msg_flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
+	    f->r->kind == REGION_ANON)
+		return fault_copy(f, f->r->ctx->zero_page);
+	ret = uffd_zeropage(fault_uffd(f), f->addr, f->len, 0);
+	ret = fault_finish(f, ret);
+	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
+}
+
+/*
+ * fault_can_call_pager() - like vmf_can_call_fault(): a pager that is not
+ * audited for concurrency (no FAULTD_PAGER_CONCURRENT) relies on the
+ * context lock, so the fault must be retried under it.
+ */
+static int fault_can_call_pager(const struct fault *f)
+{
+	if (f->r->pager.flags & FAULTD_PAGER_CONCURRENT)
+		return 0;
+	if (f->flags & FAULT_LOCKED)
+		return 0;
+	return FAULTD_RETRY;
+}
+
+/*
+ * Call the pager's fill. Unaudited pagers are serialized by the context's
+ * pager lock, which nests inside the context lock held for reading.
+ * Returns the bytes produced, or -errno (also for a pager that claims more
+ * than it was asked for).
+ */
+static ssize_t pager_fill(struct fault *f, void *buf)
+{
+	struct faultd_region *r = f->r;
+	bool serial = !(r->pager.flags & FAULTD_PAGER_CONCURRENT);
+	ssize_t n;
+
+	if (serial)
+		pthread_mutex_lock(&r->ctx->pager_lock);
+	n = r->pager.fill(r->pager.arg, r, f->off, buf, f->len);
+	if (serial)
+		pthread_mutex_unlock(&r->ctx->pager_lock);
+	if (n > (ssize_t)f->len)
+		n = -ERANGE;
+	return n;
+}
+
+/* do_pager_fault() - a missing page whose content comes from the pager. */
+static int do_pager_fault(struct fault *f)
+{
+	void *buf = f->h->staging;
+	ssize_t n;
+	int ret;
+
+	ret = fault_can_call_pager(f);
+	if (ret)
+		return ret;
+	n = pager_fill(f, buf);
+	fault_commit(f, ST_PAGER_FILLS);
+	if (n < 0) {
+		stat_inc(f->st, ST_PAGER_ERRORS);
+		return fault_poison(f, (int)n);
+	}
+	if ((size_t)n < f->len)
+		memset((char *)buf + n, 0, f->len - (size_t)n);
+	return fault_copy(f, buf);
+}
+
+static int do_missing_fault(struct fault *f)
+{
+	if (!f->r->has_pager)
+		return do_zero_fault(f);
+	return do_pager_fault(f);
+}
+
+/* handle_region_fault() - resolve a fault in a region the caller holds. */
+static int handle_region_fault(struct fault *f)
+{
+	return do_missing_fault(f);
+}
+
+/*
+ * lock_region_under_rcu() - like lock_vma_under_rcu(): find the region of
+ * @addr and take its read lock without any context-wide lock.
+ * Returns the region, read-locked, or NULL: no region (miss), or it is being
+ * changed (abort) - the caller then takes the context lock.
+ */
+static struct faultd_region *lock_region_under_rcu(struct handler *h,
+						   uintptr_t addr)
+{
+	struct faultd_region *r;
+
+	urcu_memb_read_lock();
+	r = map_lookup(h->group->ctx, addr);
+	if (!r) {
+		stat_inc(&h->stats, ST_MISS);
+		goto fail;
+	}
+	if (!region_read_trylock(r)) {
+		stat_inc(&h->stats, ST_ABORT);
+		goto fail;
+	}
+	/* Destroyed or shrunk between the lookup and the lock? */
+	if (unlikely(r->dead || !region_contains(r, addr))) {
+		region_read_unlock(r);
+		stat_inc(&h->stats, ST_MISS);
+		goto fail;
+	}
+	urcu_memb_read_unlock();
+	return r;
+fail:
+	urcu_memb_read_unlock();
+	return NULL;
+}
+
+/*
+ * A fault in no region: its region was destroyed (or the range shrunk)
+ * after the fault was queued. Wake the thread; it faults again on unmapped
+ * memory and gets SIGSEGV.
+ */
+static int fault_no_region(struct handler *h, uintptr_t addr)
+{
+	size_t ps = (size_t)h->group->ctx->page_size;
+
+	stat_inc(&h->stats, ST_FAULTS);
+	stat_inc(&h->stats, ST_NO_REGION);
+	uffd_wake(h->group->uffd, addr & ~(ps - 1), ps);
+	return 0;
+}
+
+/*
+ * fault_handle() - handle one page-fault message.
+ * Returns 0, or FAULTD_PARK when the fault must be retried after the
+ * pending events have been read.
+ * Context: a handler thread, registered with RCU, holding no lock.
+ */
+int fault_handle(struct handler *h, struct fault_req *req)
+{
+	struct faultd_ctx *ctx = h->group->ctx;
+	struct fault f = { .h = h, .req = req, .msg_flags = req->flags };
+	int ret;
+
+	if (ctx->lock_mode == FAULTD_LOCK_GLOBAL)
+		goto lock_ctx;
+	f.r = lock_region_under_rcu(h, req->addr);
+	if (!f.r)
+		goto lock_ctx;
+	fault_setup(&f, req->addr);
+	ret = handle_region_fault(&f);
+	region_read_unlock(f.r);
+	if (ret != FAULTD_RETRY)
+		goto done;
+	stat_inc(f.st, ST_RETRY);
+lock_ctx:
+	map_read_lock(ctx);
+	f.r = map_lookup(ctx, req->addr);
+	if (!f.r) {
+		map_read_unlock(ctx);
+		return fault_no_region(h, req->addr);
+	}
+	f.flags |= FAULT_LOCKED;
+	fault_setup(&f, req->addr);
+	ret = handle_region_fault(&f);
+	map_read_unlock(ctx);
+done:
+	if (ret != FAULTD_PARK)
+		stat_latency(f.st, now_ns() - req->t_read);
+	return ret;
+}

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * handler.c - handler groups: a userfaultfd and the threads that read it.
+ *
+ * A region has a group of its own by default (per-region handler threads);
+ * many small regions may share one. Each thread reads messages in batches of
+ * up to HANDLER_BATCH, applies the non-cooperative events of the batch
+ * before its faults, retries the faults it parked (EAGAIN: the address
+ * space was changing), then handles the new faults. Threads are RCU readers
+ * (liburcu memb) for their whole life.
+ *
+ * Stopping: the group's stop flag is set and its eventfd written; threads
+ * leave their loop at the next wake-up. A group stops only when no region
+ * uses it, so no application thread can still be waiting on its faults; any
+ * that raced with a destroy was woken by it and finds the memory gone.
+ */
+#define _LGPL_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <urcu/urcu-memb.h>
+
+#include "internal.h"
+
+/* Staging: large enough for the largest page a region may have. */
+#define STAGING_LEN (2ul << 20)
+/* How long a thread with parked faults sleeps before retrying them. */
+#define PARKED_POLL_MS 1
+
+static __thread struct handler *tls_handler;
+
+bool in_handler_of(const struct faultd_ctx *ctx)
+{
+	return tls_handler && tls_handler->group->ctx == ctx;
+}
+
+/*
+ * Keep a fault for later: its ioctl got EAGAIN because a non-cooperative
+ * event is pending. When the park is full, wake the faulting thread
+ * instead: it faults again and a new message comes after the event.
+ */
+static void park_fault(struct handler *h, const struct fault_req *req)
+{
+	size_t ps = (size_t)h->group->ctx->page_size;
+
+	if (h->nr_parked < ARRAY_SIZE(h->parked)) {
+		h->parked[h->nr_parked++] = *req;
+		return;
+	}
+	uffd_wake(h->group->uffd, req->addr & ~(ps - 1), ps);
+}
+
+static void dispatch_fault(struct handler *h, struct fault_req *req)
+{
+	if (fault_handle(h, req) == FAULTD_PARK)
+		park_fault(h, req);
+}
+
+static void retry_parked(struct handler *h)
+{
+	struct fault_req retry[ARRAY_SIZE(h->parked)];
+	unsigned int n = h->nr_parked;
+
+	memcpy(retry, h->parked, n * sizeof(retry[0]));
+	h->nr_parked = 0;
+	for (unsigned int i = 0; i < n; i++)
+		dispatch_fault(h, &retry[i]);
+}
+
+/*
+ * Non-cooperative events. The library's own regions enable none; the
+ * daemon's sessions do, through their own loop. Anything read here is
+ * counted and, for FORK, its new userfaultfd closed: the child's copy of a
+ * region is not served (regions are MADV_DONTFORK, so there is none).
+ */
+static void handle_event(struct handler *h, const struct uffd_msg *m)
+{
+	stat_inc(&h->stats, ST_EVENTS);
+	if (m->event == UFFD_EVENT_FORK)
+		close((int)m->arg.fork.ufd);
+	fd_dbg(h->group->ctx, "handler %u: event %#x", h->slot, m->event);
+}
+
+static void handle_batch(struct handler *h, size_t n)
+{
+	uint64_t t_read = now_ns();
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (h->msgs[i].event != UFFD_EVENT_PAGEFAULT)
+			handle_event(h, &h->msgs[i]);
+	if (h->nr_parked)
+		retry_parked(h);
+	for (i = 0; i < n; i++) {
+		struct fault_req req = {
+			.addr = h->msgs[i].arg.pagefault.address,
+			.flags = h->msgs[i].arg.pagefault.flags,
+			.t_read = t_read,
+		};
+
+		if (h->msgs[i].event == UFFD_EVENT_PAGEFAULT)
+			dispatch_fault(h, &req);
+	}
+}
+
+/* Sleep until a message, a stop request, or (with parked faults) a tick. */
+static void handler_wait(struct handler *h)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = h->group->uffd, .events = POLLIN },
+		{ .fd = h->group->stop_fd, .events = POLLIN },
+	};
+
+	poll(pfd, 2, h->nr_parked ? PARKED_POLL_MS : -1);
+}
+
+static void handler_loop(struct handler *h)
+{
+	struct faultd_group *g = h->group;
+	ssize_t n;
+
+	while (!atomic_load_explicit(&g->stopping, memory_order_acquire)) {
+		n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
+		if (n > 0) {
+			handle_batch(h, (size_t)n);
+			continue;
+		}
+		if (h->nr_parked)
+			retry_parked(h);
+		if (n == -EAGAIN || n == 0)
+			handler_wait(h);
+		else if (n != -EINTR) {
+			fd_err(g->ctx, "handler %u: read: %s", h->slot,
+			       strerror((int)-n));
+			handler_wait(h);
+		}
+	}
+}
+
+static void *handler_main(void *arg)
+{
+	struct handler *h = arg;
+	char name[16];
+
+	snprintf(name, sizeof(name), "faultd-h%u", h->slot);
+	pthread_setname_np(pthread_self(), name);
+	tls_handler = h;
+	urcu_memb_register_thread();
+	handler_loop(h);
+	urcu_memb_unregister_thread();
+	tls_handler = NULL;
+	return NULL;
+}
+
+static int handler_start(struct faultd_group *g, unsigned int slot)
+{
+	struct handler *h = &g->handlers[slot];
+	int ret;
+
+	h->group = g;
+	h->slot = slot;
+	h->staging_len = STAGING_LEN;
+	h->staging = mmap(NULL, STAGING_LEN, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (h->staging == MAP_FAILED) {
+		h->staging = NULL;
+		return -errno;
+	}
+	ret = -pthread_create(&h->thread, NULL, handler_main, h);
+	if (ret < 0)
+		return ret;
+	h->started = true;
+	return 0;
+}
+
+static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
+					unsigned int nthreads)
+{
+	struct faultd_group *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return NULL;
+	g->handlers = aligned_alloc(CACHELINE, nthreads * sizeof(*g->handlers));
+	if (!g->handlers) {
+		free(g);
+		return NULL;
+	}
+	memset(g->handlers, 0, nthreads * sizeof(*g->handlers));
+	g->ctx = ctx;
+	g->nthreads = nthreads;
+	/*
+	 * A lone thread reads up to a full batch per read(). Several threads
+	 * read one message each: a thread that took a batch would resolve it
+	 * in order while the others idle, and a pager that sleeps would be
+	 * serialized behind it.
+	 */
+	g->batch = nthreads > 1 ? 1 : HANDLER_BATCH;
+	g->uffd = -1;
+	g->stop_fd = -1;
+	atomic_init(&g->stopping, false);
+	return g;
+}
+
+/*
+ * group_create() - open the group's userfaultfd and start its threads.
+ * On failure everything started is stopped and freed.
+ */
+int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
+		 bool implicit, struct faultd_group **gp)
+{
+	struct faultd_group *g;
+	int ret;
+
+	if (!nthreads)
+		return -EINVAL;
+	g = group_alloc(ctx, nthreads);
+	if (!g)
+		return -ENOMEM;
+	g->implicit = implicit;
+	g->uffd = uffd_open(g->features, true);
+	if (g->uffd < 0) {
+		ret = g->uffd;
+		goto err;
+	}
+	g->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (g->stop_fd < 0) {
+		ret = -errno;
+		goto err;
+	}
+	for (unsigned int i = 0; i < nthreads; i++) {
+		ret = handler_start(g, i);
+		if (ret < 0)
+			goto err;
+	}
+	*gp = g;
+	return 0;
+err:
+	group_stop(g);
+	group_free(g);
+	return ret;
+}
+
+/* Stop and join the group's threads. Context: not under map_lock. */
+void group_stop(struct faultd_group *g)
+{
+	uint64_t one = 1;
+
+	atomic_store_explicit(&g->stopping, true, memory_order_release);
+	if (g->stop_fd >= 0)
+		(void)!write(g->stop_fd, &one, sizeof(one));
+	for (unsigned int i = 0; i < g->nthreads; i++)
+		if (g->handlers[i].started)
+			pthread_join(g->handlers[i].thread, NULL);
+}
+
+/* Free a stopped group; its threads' counters go to the context. */
+void group_free(struct faultd_group *g)
+{
+	for (unsigned int i = 0; i < g->nthreads; i++) {
+		struct handler *h = &g->handlers[i];
+
+		if (h->started)
+			ctx_retire_stats(g->ctx, &h->stats, 1);
+		if (h->staging)
+			munmap(h->staging, h->staging_len);
+	}
+	if (g->stop_fd >= 0)
+		close(g->stop_fd);
+	if (g->uffd >= 0)
+		close(g->uffd);
+	free(g->handlers);
+	free(g);
+}
+
+FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
+				      const struct faultd_group_opts *opts,
+				      struct faultd_group **gp)
+{
+	struct faultd_group_opts o = { .size = sizeof(o) };
+	struct faultd_group *g;
+	int ret;
+
+	if (!ctx || !gp)
+		return -EINVAL;
+	if (opts) {
+		ret = opts_copy(&o, sizeof(o), opts, sizeof(o));
+		if (ret < 0)
+			return ret;
+	}
+	if (in_handler_of(ctx))
+		return -EDEADLK;
+	ret = group_create(ctx, o.threads ? o.threads : ctx->handler_threads,
+			   false, &g);
+	if (ret < 0)
+		return ret;
+	map_write_lock(ctx);
+	g->next = ctx->groups;
+	ctx->groups = g;
+	map_write_unlock(ctx);
+	*gp = g;
+	return 0;
+}
+
+FAULTD_EXPORT int faultd_group_destroy(struct faultd_group *g)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_group **pg;
+
+	if (!g)
+		return 0;
+	ctx = g->ctx;
+	if (in_handler_of(ctx))
+		return -EDEADLK;
+	map_write_lock(ctx);
+	if (g->nregions) {
+		map_write_unlock(ctx);
+		return -EBUSY;
+	}
+	for (pg = &ctx->groups; *pg != g; pg = &(*pg)->next)
+		;
+	*pg = g->next;
+	map_write_unlock(ctx);
+	group_stop(g);
+	group_free(g);
+	return 0;
+}

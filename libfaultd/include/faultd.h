@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * faultd.h - the public API of libfaultd: page faults handled in user space
+ * with userfaultfd(2).
+ *
+ * An application creates a context (struct faultd_ctx), then regions
+ * (struct faultd_region) inside it. A region is a range of address space
+ * registered with userfaultfd; every missing page in it is produced by the
+ * library's handler threads, as zeros or by a pager the application
+ * supplies. The locking model follows the kernel's per-VMA locks: faults are
+ * resolved under a per-region read lock found under RCU, never under a
+ * context-wide lock, unless the context asks for FAULTD_LOCK_GLOBAL.
+ *
+ * Conventions: functions return 0 (or a count) on success and a negative
+ * errno on failure, never -1 with errno set. Objects come back through
+ * out-parameters. Option structs begin with their own size: set it to
+ * sizeof(struct ...) so that fields can be added later. destroy functions
+ * accept NULL. Each function says in a "Context:" line where it may be
+ * called from.
+ */
+#ifndef FAULTD_H
+#define FAULTD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FAULTD_VERSION_MAJOR 0
+#define FAULTD_VERSION_MINOR 1
+#define FAULTD_VERSION_PATCH 0
+#define FAULTD_VERSION_STRING "0.1.0"
+
+/*
+ * faultd_version() - the version of the library that is running, as
+ * "MAJOR.MINOR.PATCH". Compare with FAULTD_VERSION_STRING, the version the
+ * program was built against.
+ * Context: any.
+ */
+const char *faultd_version(void);
+
+struct faultd_ctx;
+struct faultd_region;
+struct faultd_group;
+
+/* ------------------------------------------------------------------------
+ * Kernel features
+ */
+
+/* What the running kernel offers, as found by faultd_probe(). */
+#define FAULTD_HAVE_DEV_USERFAULTFD (1ull << 0) /* /dev/userfaultfd opens */
+#define FAULTD_HAVE_WP (1ull << 1)		/* write-protect, anonymous */
+#define FAULTD_HAVE_WP_SHMEM (1ull << 2)	/* write-protect, shmem/hugetlb */
+#define FAULTD_HAVE_WP_ASYNC (1ull << 3)	/* UFFD_FEATURE_WP_ASYNC */
+#define FAULTD_HAVE_MINOR_SHMEM (1ull << 4)	/* minor faults on shmem */
+#define FAULTD_HAVE_MINOR_HUGETLB (1ull << 5)	/* minor faults on hugetlb */
+#define FAULTD_HAVE_MISSING_SHMEM (1ull << 6)
+#define FAULTD_HAVE_MISSING_HUGETLB (1ull << 7)
+#define FAULTD_HAVE_POISON (1ull << 8)		/* UFFDIO_POISON */
+#define FAULTD_HAVE_MOVE (1ull << 9)		/* UFFDIO_MOVE */
+#define FAULTD_HAVE_SIGBUS (1ull << 10)		/* UFFD_FEATURE_SIGBUS */
+#define FAULTD_HAVE_EVENTS (1ull << 11)		/* fork/remap/remove/unmap */
+#define FAULTD_HAVE_PAGEMAP_SCAN (1ull << 12)	/* PAGEMAP_SCAN ioctl */
+
+struct faultd_features {
+	size_t size;		/* sizeof(struct faultd_features) */
+	uint64_t have;		/* FAULTD_HAVE_* */
+	uint64_t uffd_features;	/* UFFD_FEATURE_* bits from UFFDIO_API */
+	uint64_t uffd_ioctls;	/* 1 << _UFFDIO_* bits from UFFDIO_API */
+};
+
+/*
+ * faultd_probe() - find what the running kernel supports.
+ * Opens a userfaultfd (through /dev/userfaultfd, or the syscall when the
+ * device is missing or closed to us) and asks UFFDIO_API for every feature.
+ * The answer is computed once per process and cached.
+ * Returns 0, or -ENOSYS (no userfaultfd in this kernel), -EPERM (not allowed:
+ * see vm.unprivileged_userfaultfd and /dev/userfaultfd's mode), -EINVAL
+ * (f is NULL or f->size is too small).
+ * Context: any thread.
+ */
+int faultd_probe(struct faultd_features *f);
+
+/* ------------------------------------------------------------------------
+ * Contexts
+ */
+
+/* Syslog-style levels for the log callback. */
+enum faultd_log_level {
+	FAULTD_LOG_ERR = 3,
+	FAULTD_LOG_WARNING = 4,
+	FAULTD_LOG_INFO = 6,
+	FAULTD_LOG_DEBUG = 7,
+};
+
+/*
+ * A log callback gets one complete line, without the newline. It may be
+ * called from any thread, handler threads included, so it must be
+ * thread-safe and must not call back into libfaultd.
+ */
+typedef void (*faultd_log_fn)(void *arg, int level, const char *msg);
+
+/*
+ * How faults are serialized against changes to the region map.
+ * FAULTD_LOCK_REGION (default): a fault takes its region's read lock, found
+ *   under RCU; it falls back to the context lock only when it must.
+ * FAULTD_LOCK_GLOBAL: every fault takes the context lock for reading, the
+ *   model of the kernel before per-VMA locks. Kept for comparison.
+ * The environment variable FAULTD_LOCK_MODE=global|region overrides the
+ * option (for running a program unchanged in both modes).
+ */
+enum faultd_lock_mode {
+	FAULTD_LOCK_REGION = 0,
+	FAULTD_LOCK_GLOBAL = 1,
+};
+
+struct faultd_ctx_opts {
+	size_t size;		  /* sizeof(struct faultd_ctx_opts) */
+	unsigned int lock_mode;	  /* enum faultd_lock_mode */
+	unsigned int handler_threads; /* default per region; 0 means 1 */
+	faultd_log_fn log;	  /* NULL: the library prints nothing */
+	void *log_arg;
+	int log_level;		  /* highest level passed to log; 0: WARNING */
+};
+
+/*
+ * faultd_ctx_create() - create a context: a region map, its lock, and the
+ * defaults for the regions created in it.
+ * @opts may be NULL for the defaults.
+ * Returns 0 and the context in *ctxp, or -EINVAL (bad option, NULL ctxp),
+ * -ENOMEM, or the error of faultd_probe() when userfaultfd is unusable.
+ * Context: any thread that is not a handler thread.
+ */
+int faultd_ctx_create(const struct faultd_ctx_opts *opts,
+		      struct faultd_ctx **ctxp);
+
+/*
+ * faultd_ctx_destroy() - destroy every region and group of the context, stop
+ * its handler threads and free it. Handles of its regions and groups become
+ * invalid. Accepts NULL.
+ * Context: not from a handler thread or a pager callback; not concurrently
+ * with any other call on the same context.
+ */
+void faultd_ctx_destroy(struct faultd_ctx *ctx);
+
+/*
+ * faultd_ctx_lock_held() - 1 when the calling thread holds the context lock
+ * of @ctx (for reading or writing), 0 otherwise. Meant for assertions in
+ * pager callbacks, like lockdep_is_held().
+ * Context: any.
+ */
+int faultd_ctx_lock_held(const struct faultd_ctx *ctx);
+
+/* ------------------------------------------------------------------------
+ * Pagers: where the content of a region comes from
+ */
+
+/*
+ * FAULTD_PAGER_CONCURRENT: fill may run concurrently with itself and with
+ * changes to other regions, under the region's read lock alone. Without it,
+ * the pager is "not audited": its callbacks are called only with the context
+ * lock held for reading (so the region map does not change under them) and
+ * never concurrently with any other unaudited pager callback of the context.
+ */
+#define FAULTD_PAGER_CONCURRENT (1u << 0)
+
+struct faultd_pager {
+	size_t size;	    /* sizeof(struct faultd_pager) */
+	unsigned int flags; /* FAULTD_PAGER_* */
+	/*
+	 * fill() - produce the content of [offset, offset + len) of @region
+	 * into @buf (page-aligned, len bytes). Returns the number of bytes
+	 * produced: len, or fewer, in which case the rest is zeroed (a file
+	 * that ends inside the range); or a negative errno, in which case the
+	 * pages are poisoned (an access gets SIGBUS) and the error is counted
+	 * and logged. It never becomes a page of zeros.
+	 * Context: a handler thread of the region, holding the region's read
+	 * lock (or the context lock, see FAULTD_PAGER_CONCURRENT). It may
+	 * sleep. It must not create, resize or destroy regions or groups of
+	 * the same context, nor touch the region's own missing pages.
+	 */
+	ssize_t (*fill)(void *arg, struct faultd_region *region,
+			uint64_t offset, void *buf, size_t len);
+	/*
+	 * writeback() - store [offset, offset + len) of @region from @buf.
+	 * Used by eviction and sync where the region asks for them; may be
+	 * NULL for read-only pagers. Returns 0 or a negative errno.
+	 */
+	int (*writeback)(void *arg, struct faultd_region *region,
+			 uint64_t offset, const void *buf, size_t len);
+	/* release() - the last call for this region: the pager is unused. */
+	void (*release)(void *arg);
+	void *arg;
+};
+
+/* ------------------------------------------------------------------------
+ * Regions
+ */
+
+/* Memory kinds (choose at most one; the default is anonymous memory). */
+#define FAULTD_REGION_ANON (0ull)
+#define FAULTD_REGION_MEMFD (1ull << 0) /* shmem behind a memfd: shareable */
+/* Placement */
+#define FAULTD_REGION_FIXED (1ull << 8) /* at opts.addr; -EEXIST if taken */
+
+struct faultd_region_opts {
+	size_t size;		/* sizeof(struct faultd_region_opts) */
+	uint64_t flags;		/* FAULTD_REGION_* */
+	size_t length;		/* bytes; a multiple of the page size */
+	/*
+	 * Address space reserved after the region for growth in place, as
+	 * a total size (>= length; 0: just length). Reserving costs no
+	 * memory, and faultd_region_resize() within it cannot fail for lack
+	 * of room.
+	 */
+	size_t max_length;
+	void *addr;		/* with FAULTD_REGION_FIXED: page-aligned */
+	/* NULL: missing pages are zero-filled. Copied; see faultd_pager. */
+	const struct faultd_pager *pager;
+	unsigned int handler_threads; /* 0: the context's default */
+	struct faultd_group *group;   /* NULL: the region's own handlers */
+	const char *name;	      /* for logs and stats; may be NULL */
+};
+
+/*
+ * faultd_region_create() - reserve and register a region, and start its
+ * handler threads (or join @opts->group).
+ * Returns 0 and the region in *regionp, or
+ *  -EINVAL  NULL ctx/opts/regionp, opts->size too small, length 0 or not a
+ *           multiple of the page size, unknown flags, FIXED without a
+ *           page-aligned addr, addr without FIXED, a group of another
+ *           context, handler_threads with a group;
+ *  -EEXIST  FIXED and the range overlaps an existing mapping;
+ *  -ENOMEM, -EAGAIN (threads), or the error of mmap/memfd/UFFDIO_REGISTER.
+ * On failure nothing is left behind.
+ * Context: any thread but a handler thread; serialized with other changes
+ * to the context's region map by the context lock.
+ */
+int faultd_region_create(struct faultd_ctx *ctx,
+			 const struct faultd_region_opts *opts,
+			 struct faultd_region **regionp);
+
+/*
+ * faultd_region_destroy() - unmap the region, wake any thread still waiting
+ * on one of its faults (it then gets SIGSEGV: the memory is gone, never
+ * zeros), stop its own handler threads and release its pager. In-flight
+ * fills finish first. Accepts NULL (returns 0).
+ * Returns 0, or -EDEADLK when called from one of the context's handler
+ * threads (a pager callback), where it would wait for itself.
+ * Context: any other thread; not concurrently with other calls that use
+ * the same region handle.
+ */
+int faultd_region_destroy(struct faultd_region *region);
+
+/* faultd_region_base(), faultd_region_size() - where the region is now. */
+void *faultd_region_base(const struct faultd_region *region);
+size_t faultd_region_size(const struct faultd_region *region);
+
+/*
+ * faultd_region_resize() - grow or shrink the region in place to @length
+ * bytes (a multiple of the page size). Its base does not move. Within the
+ * region's max_length the address space is already reserved; beyond it,
+ * growth needs free address space right after the reservation. Pages beyond
+ * the new end are gone (their memory is given back); new pages fault in
+ * like the others.
+ * Returns 0, or -EINVAL (0 or unaligned length), -ENOMEM (no room to grow in
+ * place), or the error of mmap/ftruncate/UFFDIO_REGISTER.
+ * Context: as faultd_region_create().
+ */
+int faultd_region_resize(struct faultd_region *region, size_t length);
+
+/*
+ * faultd_region_discard() - drop the pages of [offset, offset + len): the
+ * memory is given back and the next access faults again (to the pager, or
+ * zeros). Returns 0, or -EINVAL (unaligned, empty or outside the region).
+ * Context: any thread but a handler thread of the region.
+ */
+int faultd_region_discard(struct faultd_region *region, uint64_t offset,
+			  size_t len);
+
+/*
+ * faultd_region_memfd() - the memfd behind a FAULTD_REGION_MEMFD region
+ * (owned by the region; dup() it to keep it), or -EINVAL.
+ * Pages of the memfd touched through another mapping are filled by the
+ * kernel (zeros), not by the region's handlers: share it only for pages
+ * that are already present.
+ */
+int faultd_region_memfd(const struct faultd_region *region);
+
+/* ------------------------------------------------------------------------
+ * Handler groups: one userfaultfd and a set of threads serving many regions
+ */
+
+struct faultd_group_opts {
+	size_t size;		/* sizeof(struct faultd_group_opts) */
+	unsigned int threads;	/* handler threads; 0: the context default */
+};
+
+/*
+ * faultd_group_create() - a handler group that regions can join with
+ * faultd_region_opts.group, so that many small regions share a few threads.
+ * Returns 0, or -EINVAL, -ENOMEM, -EAGAIN, or the userfaultfd error.
+ * Context: as faultd_region_create().
+ */
+int faultd_group_create(struct faultd_ctx *ctx,
+			const struct faultd_group_opts *opts,
+			struct faultd_group **groupp);
+
+/*
+ * faultd_group_destroy() - stop the group's threads and free it.
+ * Returns 0 (also for NULL), -EBUSY while regions still use it, -EDEADLK
+ * from a handler thread.
+ */
+int faultd_group_destroy(struct faultd_group *group);
+
+/* ------------------------------------------------------------------------
+ * Statistics
+ */
+
+/* Latency histogram: 4 buckets per power of two of nanoseconds. */
+#define FAULTD_HIST_SUB 4
+#define FAULTD_HIST_BUCKETS (40 * FAULTD_HIST_SUB)
+
+/*
+ * Counters of a region, or of a whole context (its regions, live and
+ * destroyed, and the faults that belonged to no region). The lock counters
+ * have the meaning of the kernel's vma_lock_* vmstat items.
+ */
+struct faultd_stats {
+	size_t size;		/* sizeof(struct faultd_stats) */
+	uint64_t faults;	/* page-fault messages handled */
+	uint64_t zero_fills;	/* missing faults resolved with zeros */
+	uint64_t pager_fills;	/* missing faults resolved by the pager */
+	uint64_t fast;		/* resolved under the region lock alone */
+	uint64_t retry;		/* fast path needed the context lock */
+	uint64_t abort;		/* region try-lock failed (being changed) */
+	uint64_t miss;		/* RCU lookup found no region */
+	uint64_t locked;	/* resolved under the context lock */
+	uint64_t eexist;	/* already resolved by another thread: woken */
+	uint64_t eagain;	/* map changing: parked and retried */
+	uint64_t gone;		/* range or process gone (ENOENT/ESRCH) */
+	uint64_t no_region;	/* fault in no region: woken, gets SIGSEGV */
+	uint64_t poisoned;	/* pages poisoned (the access gets SIGBUS) */
+	uint64_t pager_errors;	/* fill() errors */
+	uint64_t events;	/* non-cooperative events read */
+	/* time from reading the message to its resolution, ns */
+	uint64_t latency[FAULTD_HIST_BUCKETS];
+};
+
+/*
+ * faultd_region_stats(), faultd_ctx_stats() - read the counters. They are
+ * kept per handler thread and summed here, so a read while faults run is a
+ * consistent snapshot of each thread's counters, not of all of them at once.
+ * Returns 0, or -EINVAL (NULL argument, stats->size too small).
+ * Context: any thread.
+ */
+int faultd_region_stats(const struct faultd_region *region,
+			struct faultd_stats *stats);
+int faultd_ctx_stats(const struct faultd_ctx *ctx, struct faultd_stats *stats);
+
+/*
+ * faultd_stats_latency() - the latency at percentile @pct (0..100) of the
+ * histogram in @stats, in nanoseconds (the middle of its bucket; 0 when the
+ * histogram is empty).
+ */
+uint64_t faultd_stats_latency(const struct faultd_stats *stats, double pct);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FAULTD_H */

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * internal.h - the library's own structures and cross-file prototypes,
+ * grouped under the file that defines them.
+ *
+ * Lock order (outer to inner):
+ *   ctx->map_lock (the context lock, like mmap_lock)
+ *     region->lock (the per-region lock, like the per-VMA lock)
+ *       ctx->pager_lock (serializes unaudited pagers; only under map_lock)
+ *         ctx->stats_lock (leaf)
+ * RCU read-side sections (liburcu memb) nest inside nothing and contain no
+ * blocking call; only handler threads are RCU readers.
+ */
+#ifndef FAULTD_INTERNAL_H
+#define FAULTD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "compat.h"
+#include "faultd.h"
+
+#define FAULTD_EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define CACHELINE 64
+
+/* Assertions in tiers (as mimalloc): cheap ones always, internal ones with
+ * -Ddebug-checks=true. */
+#ifdef FAULTD_DEBUG_CHECKS
+#include <assert.h>
+#define fd_assert_internal(x) assert(x)
+#else
+#define fd_assert_internal(x) ((void)0)
+#endif
+
+/* An option struct is usable when it covers the fields up to @field. */
+#define OPTS_HAS(opts, type, field)                                          \
+	((opts)->size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* ------------------------------------------------------------------------
+ * uffd.c - the userfaultfd system call and ioctls, feature probe, result
+ * classification. errno becomes -errno here and nowhere else.
+ */
+
+/* What a uffd ioctl result means for the fault being resolved. */
+enum uffd_outcome {
+	UFFD_DONE,	/* resolved; waiters woken unless DONTWAKE */
+	UFFD_EXISTS,	/* someone resolved it first: wake the waiters */
+	UFFD_AGAIN,	/* the address space is changing: park, retry */
+	UFFD_GONE,	/* range unmapped or process gone: nothing to do */
+	UFFD_FAILED,	/* anything else: poison or report */
+};
+
+int uffd_open(uint64_t features, bool nonblock);
+int uffd_probe(struct faultd_features *f);
+uint64_t uffd_have(void); /* FAULTD_HAVE_* of this kernel (after probe) */
+int uffd_register(int fd, uintptr_t start, size_t len, uint64_t mode,
+		  uint64_t *ioctls);
+int uffd_unregister(int fd, uintptr_t start, size_t len);
+ssize_t uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t max);
+ssize_t uffd_copy(int fd, uintptr_t dst, const void *src, size_t len,
+		  uint64_t mode);
+ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode);
+int uffd_wake(int fd, uintptr_t start, size_t len);
+int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode);
+enum uffd_outcome uffd_classify(ssize_t ret);
+
+/* ------------------------------------------------------------------------
+ * stats.c - counters kept per (region, handler thread), summed when read.
+ */
+
+/* In the order of the fields of struct faultd_stats after .size. */
+enum stat_item {
+	ST_FAULTS,
+	ST_ZERO_FILLS,
+	ST_PAGER_FILLS,
+	ST_FAST,
+	ST_RETRY,
+	ST_ABORT,
+	ST_MISS,
+	ST_LOCKED,
+	ST_EEXIST,
+	ST_EAGAIN,
+	ST_GONE,
+	ST_NO_REGION,
+	ST_POISONED,
+	ST_PAGER_ERRORS,
+	ST_EVENTS,
+	ST_NR,
+};
+
+/*
+ * One writer (the handler thread that owns it) increments with plain
+ * relaxed stores; readers sum with relaxed loads. Cache-line aligned so two
+ * threads never share a line.
+ */
+struct stat_block {
+	uint64_t c[ST_NR];
+	uint64_t lat[FAULTD_HIST_BUCKETS];
+} __attribute__((aligned(CACHELINE)));
+
+static inline void stat_add(struct stat_block *s, enum stat_item i,
+			    uint64_t n)
+{
+	__atomic_store_n(&s->c[i], s->c[i] + n, __ATOMIC_RELAXED);
+}
+
+static inline void stat_inc(struct stat_block *s, enum stat_item i)
+{
+	stat_add(s, i, 1);
+}
+
+void stat_latency(struct stat_block *s, uint64_t ns);
+void stat_sum(struct stat_block *acc, const struct stat_block *s);
+void stat_export(struct faultd_stats *out, const struct stat_block *s);
+uint64_t now_ns(void);
+
+/* ------------------------------------------------------------------------
+ * ctx.c - contexts, the context lock, logging.
+ */
+
+struct region_map;
+
+struct faultd_ctx {
+	/*
+	 * The context lock. Write: any change of the region map (create,
+	 * destroy, resize) and of the group list. Read: the slow fault path
+	 * (every fault in FAULTD_LOCK_GLOBAL mode). Writer-preferring, so a
+	 * waiting writer makes new fast-path try-locks of its region fail.
+	 */
+	pthread_rwlock_t map_lock;
+	/* RCU-published; replaced under map_lock held for writing. */
+	struct region_map *map;
+	/* Serializes the callbacks of pagers without CONCURRENT. */
+	pthread_mutex_t pager_lock;
+
+	unsigned int lock_mode;
+	unsigned int handler_threads;
+	long page_size;
+
+	faultd_log_fn log;
+	void *log_arg;
+	int log_level;
+
+	/* Under map_lock (write) */
+	struct faultd_region *regions; /* list of live regions */
+	struct faultd_group *groups;   /* list of groups */
+
+	/* Counters of destroyed regions and exited handler threads. */
+	pthread_mutex_t stats_lock;
+	struct stat_block retired;
+
+	/* A page of zeros, never written: the source of zero-fill copies. */
+	void *zero_page;
+};
+
+void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define fd_err(ctx, ...) fd_log(ctx, FAULTD_LOG_ERR, __VA_ARGS__)
+#define fd_warn(ctx, ...) fd_log(ctx, FAULTD_LOG_WARNING, __VA_ARGS__)
+#define fd_info(ctx, ...) fd_log(ctx, FAULTD_LOG_INFO, __VA_ARGS__)
+#define fd_dbg(ctx, ...) fd_log(ctx, FAULTD_LOG_DEBUG, __VA_ARGS__)
+
+int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
+int rwlock_init_writer_pref(pthread_rwlock_t *lock);
+void map_read_lock(struct faultd_ctx *ctx);
+void map_read_unlock(struct faultd_ctx *ctx);
+void map_write_lock(struct faultd_ctx *ctx);
+void map_write_unlock(struct faultd_ctx *ctx);
+void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
+		      unsigned int n);
+
+/* ------------------------------------------------------------------------
+ * map.c - the region map: a sorted array of regions published with RCU.
+ * Lookups take no lock; updates copy the array under map_lock (write),
+ * publish it, and free the old one after a grace period.
+ */
+
+struct map_entry {
+	uintptr_t base; /* inline, so the search does not chase pointers */
+	struct faultd_region *region;
+};
+
+struct region_map {
+	size_t nr;
+	struct map_entry e[]; /* sorted by base, no overlaps */
+};
+
+struct faultd_region *map_lookup(struct faultd_ctx *ctx, uintptr_t addr);
+int map_insert_locked(struct faultd_ctx *ctx, struct faultd_region *r,
+		      struct region_map **old);
+struct region_map *map_remove_locked(struct faultd_ctx *ctx,
+				     struct faultd_region *r);
+void map_free_after_gp(struct region_map *old);
+int map_init(struct faultd_ctx *ctx);
+void map_destroy(struct faultd_ctx *ctx);
+
+/* ------------------------------------------------------------------------
+ * region.c - regions: reserve, register, destroy, resize; the region lock.
+ */
+
+enum region_kind {
+	REGION_ANON,
+	REGION_MEMFD,
+};
+
+struct faultd_region {
+	struct faultd_ctx *ctx;
+	struct faultd_group *group;
+	uintptr_t base;
+	_Atomic size_t len; /* changes under lock (write) + map_lock (write) */
+	size_t max_len;	    /* reserved address space, >= len */
+
+	/*
+	 * The per-region lock. Read: a fault being resolved in the region
+	 * (taken with a try-lock under RCU). Write: a change of the region
+	 * (destroy, resize). Writer-preferring.
+	 */
+	pthread_rwlock_t lock;
+	bool dead; /* set under lock (write); checked after a try-lock */
+
+	enum region_kind kind;
+	uint64_t flags;
+	size_t page_size;
+	int memfd;
+	bool has_pager;
+	struct faultd_pager pager;
+
+	/* One per handler thread of the group, indexed by handler slot. */
+	unsigned int nr_stats;
+	struct stat_block *stats;
+
+	struct faultd_region *next; /* ctx->regions, under map_lock */
+	char name[32];
+};
+
+static inline bool region_contains(const struct faultd_region *r,
+				   uintptr_t addr)
+{
+	return addr - r->base <
+	       atomic_load_explicit(&r->len, memory_order_relaxed);
+}
+
+bool region_read_trylock(struct faultd_region *r);
+void region_read_unlock(struct faultd_region *r);
+
+/* ------------------------------------------------------------------------
+ * handler.c - handler groups and their threads: batched reads, events
+ * before faults, parked faults, clean stop.
+ */
+
+#define HANDLER_BATCH 64
+
+struct handler;
+
+struct faultd_group {
+	struct faultd_ctx *ctx;
+	int uffd;
+	int stop_fd;		/* eventfd: wakes the threads to stop */
+	atomic_bool stopping;
+	uint64_t features;	/* UFFD_FEATURE_* enabled on uffd */
+	bool implicit;		/* owned by one region */
+	unsigned int nthreads;
+	unsigned int batch;	/* messages per read(), see group_alloc() */
+	struct handler *handlers;
+	unsigned int nregions;	/* under map_lock */
+	struct faultd_group *next; /* ctx->groups, under map_lock */
+};
+
+int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
+		 bool implicit, struct faultd_group **gp);
+void group_stop(struct faultd_group *g);
+void group_free(struct faultd_group *g);
+bool in_handler_of(const struct faultd_ctx *ctx);
+
+/* ------------------------------------------------------------------------
+ * fault.c - the fault path: one page-fault message, from the RCU lookup to
+ * its resolution, in the manner of mm/memory.c.
+ */
+
+/* Internal results of the fault path, beyond 0 and -errno. */
+#define FAULTD_RETRY 1 /* needs the context lock: retry the slow way */
+#define FAULTD_PARK 2  /* the address space is changing: retry later */
+
+/* A page-fault message being handled, or parked for a retry. */
+struct fault_req {
+	uintptr_t addr;
+	uint64_t flags;	  /* UFFD_PAGEFAULT_FLAG_* */
+	uint64_t t_read;  /* when it was read, for the latency histogram */
+	bool counted;	  /* its counters are in (see fault_commit()) */
+};
+
+struct handler {
+	struct faultd_group *group;
+	pthread_t thread;
+	unsigned int slot;	/* index into each region's stats */
+	bool started;
+	void *staging;		/* page-aligned buffer for pager fills */
+	size_t staging_len;
+	/* Faults of no region, events, and misses are counted here. */
+	struct stat_block stats;
+	unsigned int nr_parked;
+	struct fault_req parked[HANDLER_BATCH];
+	struct uffd_msg msgs[HANDLER_BATCH];
+} __attribute__((aligned(CACHELINE)));
+
+int fault_handle(struct handler *h, struct fault_req *req);
+
+#endif /* FAULTD_INTERNAL_H */

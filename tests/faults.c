@@ -1,0 +1,869 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * faults.c - suite "uffd": the fault path against the real kernel.
+ *
+ * Concurrent faults from several application threads into regions served by
+ * several handler threads, in both lock modes, with every byte verified and
+ * the counters checked exactly; the pager locking contract; region churn
+ * while faulting; racing faults; destroy while busy; poisoning.
+ */
+#include <criterion/criterion.h>
+#include <setjmp.h>
+#include <sys/mman.h>
+
+#include "helpers.h"
+
+static struct faultd_ctx *make_ctx(unsigned int lock_mode,
+				   unsigned int handlers)
+{
+	struct faultd_ctx_opts o = {
+		.size = sizeof(o),
+		.lock_mode = lock_mode,
+		.handler_threads = handlers,
+	};
+	struct faultd_ctx *ctx = NULL;
+
+	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
+	return ctx;
+}
+
+static struct faultd_region *make_region(struct faultd_ctx *ctx, size_t len,
+					 const struct faultd_pager *p,
+					 uint64_t flags)
+{
+	struct faultd_region_opts o = {
+		.size = sizeof(o),
+		.flags = flags,
+		.length = len,
+		.pager = p,
+	};
+	struct faultd_region *r = NULL;
+
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	return r;
+}
+
+static struct faultd_stats region_stats(struct faultd_region *r)
+{
+	struct faultd_stats s = { .size = sizeof(s) };
+
+	cr_assert_eq(faultd_region_stats(r, &s), 0);
+	return s;
+}
+
+/*
+ * Counters that are decided after the faulting thread was woken (EEXIST:
+ * the loser of a race finishes after the winner woke everyone) are exact
+ * once the regions are idle. Destroying them waits for every fault in
+ * progress; their counters then sit in the context's.
+ */
+static struct faultd_stats drained_stats(struct faultd_ctx *ctx,
+					 struct faultd_region **r,
+					 unsigned int n)
+{
+	struct faultd_stats s = { .size = sizeof(s) };
+
+	for (unsigned int i = 0; i < n; i++)
+		cr_assert_eq(faultd_region_destroy(r[i]), 0);
+	cr_assert_eq(faultd_ctx_stats(ctx, &s), 0);
+	return s;
+}
+
+/* ------------------------------------------------------------------------
+ * Several threads fault every page of several regions.
+ */
+
+#define NREGIONS 3
+#define NTOUCHERS 3
+
+struct touch_job {
+	struct faultd_region **regions;
+	unsigned int nregions;
+	unsigned int idx, nthreads;
+	pthread_barrier_t *start;
+	size_t bad;
+};
+
+/* Each thread walks all pages of all regions from its own starting point. */
+static void *touch_all(void *arg)
+{
+	struct touch_job *j = arg;
+
+	pthread_barrier_wait(j->start);
+	for (unsigned int k = 0; k < j->nregions; k++) {
+		struct faultd_region *r = j->regions[(k + j->idx) % j->nregions];
+		const char *base = faultd_region_base(r);
+		size_t pages = faultd_region_size(r) / PAGE;
+
+		for (size_t i = 0; i < pages; i++) {
+			size_t pg = (i + j->idx * pages / j->nthreads) % pages;
+
+			j->bad += pattern_check((uintptr_t)r, pg * PAGE,
+						base + pg * PAGE, PAGE);
+		}
+	}
+	return NULL;
+}
+
+static void run_touchers(struct faultd_region **regions, unsigned int n)
+{
+	pthread_t t[NTOUCHERS];
+	struct touch_job jobs[NTOUCHERS];
+	pthread_barrier_t start;
+
+	pthread_barrier_init(&start, NULL, NTOUCHERS);
+	for (unsigned int i = 0; i < NTOUCHERS; i++) {
+		jobs[i] = (struct touch_job){ .regions = regions,
+					      .nregions = n,
+					      .idx = i,
+					      .nthreads = NTOUCHERS,
+					      .start = &start };
+		pthread_create(&t[i], NULL, touch_all, &jobs[i]);
+	}
+	for (unsigned int i = 0; i < NTOUCHERS; i++) {
+		pthread_join(t[i], NULL);
+		cr_expect_eq(jobs[i].bad, 0, "thread %u read %zu bad words", i,
+			     jobs[i].bad);
+	}
+	pthread_barrier_destroy(&start);
+}
+
+/* A pager whose tag is the region it serves, so content is per region. */
+static ssize_t region_tag_fill(void *arg, struct faultd_region *r,
+			       uint64_t off, void *buf, size_t len)
+{
+	(void)arg;
+	pattern_fill((uintptr_t)r, off, buf, len);
+	return (ssize_t)len;
+}
+
+static void check_every_page(unsigned int lock_mode)
+{
+	struct faultd_ctx *ctx = make_ctx(lock_mode, 2);
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+	struct faultd_region *r[NREGIONS];
+	const size_t len = 8 * MIB, pages = len / PAGE;
+
+	for (unsigned int i = 0; i < NREGIONS; i++)
+		r[i] = make_region(ctx, len, &p,
+				   i == 1 ? FAULTD_REGION_MEMFD : 0);
+	run_touchers(r, NREGIONS);
+	for (unsigned int i = 0; i < NREGIONS; i++) {
+		struct faultd_stats s = region_stats(r[i]);
+
+		cr_expect_geq(s.faults, pages);
+		cr_expect_eq(s.pager_fills, s.faults);
+	}
+	struct faultd_stats s = drained_stats(ctx, r, NREGIONS);
+	/* Every message is one fill; each page is filled exactly once. */
+	cr_expect_eq(s.pager_fills, s.faults);
+	cr_expect_eq(s.faults - s.eexist, NREGIONS * pages,
+		     "%llu faults, %llu eexist", (unsigned long long)s.faults,
+		     (unsigned long long)s.eexist);
+	cr_expect_eq(s.poisoned + s.gone + s.no_region, 0);
+	if (lock_mode == FAULTD_LOCK_GLOBAL) {
+		cr_expect_eq(s.fast, 0);
+		cr_expect_eq(s.locked, s.faults);
+	} else {
+		cr_expect_eq(s.fast, s.faults);
+		cr_expect_eq(s.locked, 0);
+	}
+	faultd_ctx_destroy(ctx);
+}
+
+Test(faults, every_page_region_lock, .timeout = 120)
+{
+	check_every_page(FAULTD_LOCK_REGION);
+}
+
+Test(faults, every_page_global_lock, .timeout = 120)
+{
+	check_every_page(FAULTD_LOCK_GLOBAL);
+}
+
+Test(faults, zero_fill_reads_and_writes, .timeout = 60)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
+	struct faultd_region *anon = make_region(ctx, 4 * MIB, NULL, 0);
+	struct faultd_region *shm =
+		make_region(ctx, 4 * MIB, NULL, FAULTD_REGION_MEMFD);
+	struct faultd_region *both[2] = { anon, shm };
+
+	for (int k = 0; k < 2; k++) {
+		unsigned char *b = faultd_region_base(both[k]);
+		size_t nonzero = 0;
+
+		/* Reads of odd pages first, then writes to every page. */
+		for (size_t i = PAGE; i < 4 * MIB; i += 2 * PAGE)
+			nonzero += b[i + 17] != 0;
+		for (size_t i = 0; i < 4 * MIB; i += PAGE) {
+			nonzero += b[i + 9] != 0;
+			b[i] = (unsigned char)(i / PAGE);
+		}
+		for (size_t i = 0; i < 4 * MIB; i += PAGE)
+			nonzero += b[i] != (unsigned char)(i / PAGE);
+		cr_expect_eq(nonzero, 0);
+		struct faultd_stats s = region_stats(both[k]);
+		/* One thread: each fault is counted before it is woken. */
+		cr_expect_eq(s.zero_fills, s.faults);
+		cr_expect_eq(s.faults, 4 * MIB / PAGE);
+		cr_expect_eq(s.eexist, 0);
+	}
+	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * The pager locking contract, checked from inside the pager.
+ */
+
+struct probe_pager {
+	struct faultd_ctx *ctx;
+	bool expect_locked;
+	bool rendezvous;	/* make the first two fills meet */
+	atomic_int in_flight;
+	atomic_int max_in_flight;
+	atomic_int violations;
+	atomic_int calls;
+	atomic_bool met;
+};
+
+static ssize_t probe_fill(void *arg, struct faultd_region *r, uint64_t off,
+			  void *buf, size_t len)
+{
+	struct probe_pager *pp = arg;
+	int n = atomic_fetch_add(&pp->in_flight, 1) + 1;
+	int max = atomic_load(&pp->max_in_flight);
+
+	while (n > max &&
+	       !atomic_compare_exchange_weak(&pp->max_in_flight, &max, n))
+		;
+	if (faultd_ctx_lock_held(pp->ctx) != pp->expect_locked)
+		atomic_fetch_add(&pp->violations, 1);
+	if (pp->rendezvous && !atomic_load(&pp->met)) {
+		/* A concurrent pager must see a second fill arrive. */
+		wait_at_least(&pp->in_flight, 2, 10000);
+		atomic_store(&pp->met, true);
+	}
+	atomic_fetch_add(&pp->calls, 1);
+	pattern_fill((uintptr_t)r, off, buf, len);
+	atomic_fetch_sub(&pp->in_flight, 1);
+	return (ssize_t)len;
+}
+
+static void pager_contract(unsigned int flags, bool expect_locked)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
+	struct probe_pager pp = { .ctx = ctx,
+				  .expect_locked = expect_locked,
+				  .rendezvous = !expect_locked };
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = flags,
+				  .fill = probe_fill,
+				  .arg = &pp };
+	struct faultd_region *r[2];
+
+	r[0] = make_region(ctx, 2 * MIB, &p, 0);
+	r[1] = make_region(ctx, 2 * MIB, &p, FAULTD_REGION_MEMFD);
+	run_touchers(r, 2);
+	cr_expect_eq(atomic_load(&pp.violations), 0,
+		     "fill called with the context lock %s",
+		     expect_locked ? "not held" : "held");
+	for (int i = 0; i < 2; i++) {
+		struct faultd_stats s = region_stats(r[i]);
+
+		if (expect_locked) {
+			/* vmf_can_call_fault(): every fault retried locked */
+			cr_expect_eq(s.retry, s.faults);
+			cr_expect_eq(s.locked, s.faults);
+			cr_expect_eq(s.fast, 0);
+		} else {
+			cr_expect_eq(s.fast, s.faults);
+			cr_expect_eq(s.retry, 0);
+		}
+	}
+	if (expect_locked)
+		cr_expect_eq(atomic_load(&pp.max_in_flight), 1,
+			     "unaudited pager ran %d fills at once",
+			     atomic_load(&pp.max_in_flight));
+	else
+		cr_expect_geq(atomic_load(&pp.max_in_flight), 2,
+			      "concurrent pager never ran two fills at once");
+	faultd_ctx_destroy(ctx);
+}
+
+Test(pager, unaudited_called_under_context_lock_only, .timeout = 60)
+{
+	pager_contract(0, true);
+}
+
+Test(pager, concurrent_called_without_context_lock, .timeout = 60)
+{
+	pager_contract(FAULTD_PAGER_CONCURRENT, false);
+}
+
+/* ------------------------------------------------------------------------
+ * Faults keep working while another thread changes the region map.
+ */
+
+struct churn_job {
+	struct faultd_ctx *ctx;
+	atomic_bool stop;
+	unsigned long rounds;
+	size_t bad;
+	int err;
+};
+
+static void *churn(void *arg)
+{
+	struct churn_job *j = arg;
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+
+	while (!atomic_load(&j->stop)) {
+		struct faultd_region_opts o = { .size = sizeof(o),
+						.length = 256 * 1024,
+						.max_length = 512 * 1024,
+						.pager = &p };
+		struct faultd_region *r;
+		char *b;
+
+		j->err = faultd_region_create(j->ctx, &o, &r);
+		if (j->err)
+			return NULL;
+		b = faultd_region_base(r);
+		j->bad += pattern_check((uintptr_t)r, 8 * PAGE, b + 8 * PAGE,
+					PAGE);
+		j->err = faultd_region_resize(r, 512 * 1024);
+		if (j->err)
+			return NULL;
+		j->bad += pattern_check((uintptr_t)r, 100 * PAGE,
+					b + 100 * PAGE, PAGE);
+		faultd_region_destroy(r);
+		j->rounds++;
+	}
+	return NULL;
+}
+
+Test(faults, map_changes_while_faulting, .timeout = 120)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+	struct churn_job cj = { .ctx = ctx };
+	struct faultd_region *r[2];
+	pthread_t t;
+
+	r[0] = make_region(ctx, 16 * MIB, &p, 0);
+	r[1] = make_region(ctx, 16 * MIB, NULL, 0);
+	faultd_region_destroy(r[1]);
+	r[1] = make_region(ctx, 16 * MIB, &p, FAULTD_REGION_MEMFD);
+	pthread_create(&t, NULL, churn, &cj);
+	run_touchers(r, 2);
+	atomic_store(&cj.stop, true);
+	pthread_join(t, NULL);
+	cr_expect_eq(cj.err, 0, "churn: %s", strerror(-cj.err));
+	cr_expect_eq(cj.bad, 0);
+	cr_expect_gt(cj.rounds, 0);
+	for (int i = 0; i < 2; i++)
+		cr_expect_gt(region_stats(r[i]).fast, 0);
+	struct faultd_stats s = drained_stats(ctx, r, 2);
+	/* Both regions' pages once each, two pages per churn round. */
+	cr_expect_eq(s.faults - s.eexist, 2 * 16 * MIB / PAGE + 2 * cj.rounds);
+	cr_expect_eq(s.fast + s.locked, s.faults - s.no_region);
+	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * Racing faults on the same page: the loser gets EEXIST and wakes.
+ */
+
+struct race_pager {
+	atomic_int entered[64];
+};
+
+static ssize_t race_fill(void *arg, struct faultd_region *r, uint64_t off,
+			 void *buf, size_t len)
+{
+	struct race_pager *rp = arg;
+	atomic_int *e = &rp->entered[(off / PAGE) % 64];
+
+	/* Hold the first fill of a page until the racing one arrives. */
+	atomic_fetch_add(e, 1);
+	wait_at_least(e, 2, 10000);
+	pattern_fill((uintptr_t)r, off, buf, len);
+	return (ssize_t)len;
+}
+
+struct race_job {
+	const char *base;
+	struct faultd_region *r;
+	pthread_barrier_t *bar;
+	size_t bad;
+};
+
+static void *race_touch(void *arg)
+{
+	struct race_job *j = arg;
+
+	for (size_t pg = 0; pg < 64; pg++) {
+		pthread_barrier_wait(j->bar);
+		j->bad += pattern_check((uintptr_t)j->r, pg * PAGE,
+					j->base + pg * PAGE, PAGE);
+	}
+	return NULL;
+}
+
+Test(faults, racing_faults_same_page_eexist, .timeout = 120)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
+	struct race_pager rp = { 0 };
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = race_fill,
+				  .arg = &rp };
+	struct faultd_region *r = make_region(ctx, 64 * PAGE, &p, 0);
+	pthread_barrier_t bar;
+	struct race_job j[2];
+	pthread_t t[2];
+
+	pthread_barrier_init(&bar, NULL, 2);
+	for (int i = 0; i < 2; i++) {
+		j[i] = (struct race_job){ .base = faultd_region_base(r),
+					  .r = r,
+					  .bar = &bar };
+		pthread_create(&t[i], NULL, race_touch, &j[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		cr_expect_eq(j[i].bad, 0);
+	}
+	struct faultd_stats s = drained_stats(ctx, &r, 1);
+	/* Two faults per page, one fill wins, the other sees EEXIST. */
+	cr_expect_eq(s.faults, 128);
+	cr_expect_eq(s.eexist, 64);
+	for (int i = 0; i < 64; i++)
+		cr_expect_eq(atomic_load(&rp.entered[i]), 2);
+	pthread_barrier_destroy(&bar);
+	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * Destroying a region while its handler is inside a fill.
+ */
+
+struct gate_pager {
+	atomic_int entered;
+	atomic_int open;
+	atomic_int exited;
+	atomic_int released;
+};
+
+static ssize_t gate_fill(void *arg, struct faultd_region *r, uint64_t off,
+			 void *buf, size_t len)
+{
+	struct gate_pager *g = arg;
+
+	atomic_fetch_add(&g->entered, 1);
+	wait_at_least(&g->open, 1, 30000);
+	pattern_fill(7, off, buf, len);
+	atomic_fetch_add(&g->exited, 1);
+	return (ssize_t)len;
+}
+
+static void gate_release(void *arg)
+{
+	struct gate_pager *g = arg;
+
+	atomic_fetch_add(&g->released, 1);
+}
+
+static __thread sigjmp_buf segv_jmp;
+
+static void segv_handler(int sig)
+{
+	siglongjmp(segv_jmp, sig);
+}
+
+struct reader {
+	const char *addr;
+	uint64_t off;
+	int outcome; /* 1: correct data, 0: wrong data, SIGSEGV */
+};
+
+static void *read_one_page(void *arg)
+{
+	struct reader *rd = arg;
+	int sig = sigsetjmp(segv_jmp, 1);
+
+	if (sig) {
+		rd->outcome = sig;
+		return NULL;
+	}
+	rd->outcome = pattern_check(7, rd->off, rd->addr, PAGE) == 0;
+	return NULL;
+}
+
+struct destroyer {
+	struct faultd_region *r;
+	struct gate_pager *g;
+	int fills_done_at_return;
+	int ret;
+};
+
+static void *destroy_region(void *arg)
+{
+	struct destroyer *d = arg;
+
+	d->ret = faultd_region_destroy(d->r);
+	d->fills_done_at_return = atomic_load(&d->g->exited);
+	return NULL;
+}
+
+Test(faults, destroy_while_fill_in_progress, .timeout = 60)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct gate_pager g = { 0 };
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = gate_fill,
+				  .release = gate_release,
+				  .arg = &g };
+	struct faultd_region *r = make_region(ctx, 16 * PAGE, &p, 0);
+	const char *base = faultd_region_base(r);
+	struct reader first = { .addr = base + 3 * PAGE, .off = 3 * PAGE };
+	struct reader second = { .addr = base + 5 * PAGE, .off = 5 * PAGE };
+	struct destroyer d = { .r = r, .g = &g };
+	struct sigaction sa = { .sa_handler = segv_handler };
+	pthread_t t1, t2, td;
+
+	sigaction(SIGSEGV, &sa, NULL);
+	pthread_create(&t1, NULL, read_one_page, &first);
+	cr_assert(wait_at_least(&g.entered, 1, 10000));
+	/* The handler holds the region's read lock inside fill. */
+	pthread_create(&td, NULL, destroy_region, &d);
+	pthread_create(&t2, NULL, read_one_page, &second);
+	atomic_store(&g.open, 1);
+	pthread_join(t1, NULL);
+	pthread_join(td, NULL);
+	pthread_join(t2, NULL);
+	cr_expect_eq(d.ret, 0);
+	/* Destroy waited for the fill in progress to finish. */
+	cr_expect_geq(d.fills_done_at_return, 1);
+	/*
+	 * Each reader raced with the destroy: it sees the right data or
+	 * SIGSEGV (the memory is gone) - never zeros, and it never hangs.
+	 */
+	cr_expect(first.outcome == 1 || first.outcome == SIGSEGV,
+		  "first reader outcome %d", first.outcome);
+	cr_expect(second.outcome == 1 || second.outcome == SIGSEGV,
+		  "second reader outcome %d", second.outcome);
+	cr_expect_eq(atomic_load(&g.released), 1);
+	cr_expect_eq(msync((void *)base, 16 * PAGE, MS_ASYNC), -1);
+	cr_expect_eq(errno, ENOMEM);
+	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * Context teardown with live regions gives every resource back.
+ */
+
+static int count_dir(const char *path)
+{
+	char cmd[128];
+	FILE *f;
+	int n = -1;
+
+	snprintf(cmd, sizeof(cmd), "ls -1 %s | wc -l", path);
+	f = popen(cmd, "r");
+	if (f && fscanf(f, "%d", &n) != 1)
+		n = -1;
+	if (f)
+		pclose(f);
+	return n;
+}
+
+static int count_lines_with(const char *path, const char *needle)
+{
+	char line[512];
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+Test(faults, ctx_destroy_with_live_regions, .timeout = 60)
+{
+	int fds0, tasks0, maps0;
+	struct gate_pager g = { .open = 1 };
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = gate_fill,
+				  .release = gate_release,
+				  .arg = &g };
+	struct faultd_ctx *ctx;
+	void *bases[4];
+
+	/*
+	 * One round first, of the same shape: what stays for the process
+	 * (the probe, liburcu's state, glibc's cache of thread stacks) is
+	 * there before counting.
+	 */
+	for (int round = 0; round < 2; round++) {
+		if (round == 1) {
+			fds0 = count_dir("/proc/self/fd");
+			tasks0 = count_dir("/proc/self/task");
+			maps0 = count_lines_with("/proc/self/maps", "");
+		}
+		ctx = make_ctx(FAULTD_LOCK_REGION, 2);
+		for (int i = 0; i < 4; i++) {
+			struct faultd_region *r = make_region(
+				ctx, MIB, &p, i % 2 ? FAULTD_REGION_MEMFD : 0);
+			bases[i] = faultd_region_base(r);
+			cr_expect_eq(pattern_check(7, 0, bases[i], PAGE), 0);
+		}
+		faultd_ctx_destroy(ctx);
+	}
+	cr_expect_eq(atomic_load(&g.released), 8);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(msync(bases[i], MIB, MS_ASYNC), -1);
+	cr_expect_eq(count_dir("/proc/self/fd"), fds0);
+	cr_expect_eq(count_dir("/proc/self/task"), tasks0);
+	cr_expect_eq(count_lines_with("/proc/self/maps", ""), maps0);
+}
+
+/* ------------------------------------------------------------------------
+ * A pager error is never a page of zeros.
+ */
+
+static ssize_t failing_fill(void *arg, struct faultd_region *r, uint64_t off,
+			    void *buf, size_t len)
+{
+	return -EIO;
+}
+
+static void touch_failing_page(void *arg)
+{
+	struct faultd_ctx *ctx = NULL;
+	struct faultd_pager p = { .size = sizeof(p), .fill = failing_fill };
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.length = MIB,
+					.pager = &p };
+	struct faultd_region *r;
+	volatile char *b;
+
+	if (faultd_ctx_create(NULL, &ctx) || faultd_region_create(ctx, &o, &r))
+		_exit(10);
+	b = faultd_region_base(r);
+	if (b[5 * PAGE] == 0)
+		_exit(11); /* read zeros: the bug this test is for */
+	_exit(12);
+}
+
+Test(faults, pager_error_sigbus_in_child, .timeout = 30)
+{
+	int how = run_in_child(touch_failing_page, NULL);
+
+	cr_expect_eq(how, SIGBUS, "child ended with %d (expected SIGBUS)",
+		     how);
+}
+
+static __thread sigjmp_buf bus_jmp;
+
+static void bus_handler(int sig)
+{
+	siglongjmp(bus_jmp, sig);
+}
+
+struct short_pager {
+	ssize_t (*how)(size_t len);
+};
+
+static ssize_t half_fill(void *arg, struct faultd_region *r, uint64_t off,
+			 void *buf, size_t len)
+{
+	memset(buf, 0xab, len); /* stale bytes the library must clear */
+	pattern_fill(3, off, buf, len / 2);
+	return (ssize_t)(len / 2);
+}
+
+static ssize_t over_fill(void *arg, struct faultd_region *r, uint64_t off,
+			 void *buf, size_t len)
+{
+	return (ssize_t)len + 1;
+}
+
+Test(faults, short_fill_zero_tail_and_overlong_poisoned, .timeout = 30)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct faultd_pager half = { .size = sizeof(half), .fill = half_fill };
+	struct faultd_pager over = { .size = sizeof(over), .fill = over_fill };
+	struct faultd_region *rh = make_region(ctx, 4 * PAGE, &half, 0);
+	struct faultd_region *ro = make_region(ctx, 4 * PAGE, &over, 0);
+	const unsigned char *h = faultd_region_base(rh);
+	volatile const char *o = faultd_region_base(ro);
+	struct sigaction sa = { .sa_handler = bus_handler };
+	size_t nonzero = 0;
+	int sig;
+
+	cr_expect_eq(pattern_check(3, PAGE, h + PAGE, PAGE / 2), 0);
+	for (size_t i = PAGE / 2; i < PAGE; i++)
+		nonzero += h[PAGE + i] != 0;
+	cr_expect_eq(nonzero, 0, "short fill left %zu stale bytes", nonzero);
+
+	sigaction(SIGBUS, &sa, NULL);
+	sig = sigsetjmp(bus_jmp, 1);
+	if (!sig)
+		(void)o[2 * PAGE];
+	cr_expect_eq(sig, SIGBUS);
+	struct faultd_stats s = region_stats(ro);
+	cr_expect_eq(s.poisoned, 1);
+	cr_expect_eq(s.pager_errors, 1);
+	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * Resize, discard, memfd and shared groups.
+ */
+
+/* Resident pages in [p, p + len). */
+static size_t mincore_resident(void *p, size_t len)
+{
+	static unsigned char vec[4096];
+	size_t n = 0;
+
+	if (len / PAGE > sizeof(vec) || mincore(p, len, vec) < 0)
+		return (size_t)-1;
+	for (size_t i = 0; i < len / PAGE; i++)
+		n += vec[i] & 1;
+	return n;
+}
+
+Test(regions, resize_grow_and_shrink, .timeout = 30)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+
+	for (int k = 0; k < 2; k++) {
+		struct faultd_region_opts o = {
+			.size = sizeof(o),
+			.flags = k ? FAULTD_REGION_MEMFD : 0,
+			.length = 64 * PAGE,
+			.max_length = 128 * PAGE,
+			.pager = &p,
+		};
+		struct faultd_region *r;
+		char *b;
+		int ret;
+
+		cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+		b = faultd_region_base(r);
+		cr_expect_eq(pattern_check((uintptr_t)r, 0, b, PAGE), 0);
+		/* Within the reservation, then past it (may have no room). */
+		cr_assert_eq(faultd_region_resize(r, 128 * PAGE), 0);
+		cr_expect_eq(faultd_region_size(r), 128 * PAGE);
+		cr_expect_eq(faultd_region_base(r), b);
+		cr_expect_eq(pattern_check((uintptr_t)r, 100 * PAGE,
+					   b + 100 * PAGE, PAGE),
+			     0);
+		cr_assert_eq(faultd_region_resize(r, 32 * PAGE), 0);
+		/* The cut tail is inaccessible again (PROT_NONE), its
+		 * memory given back; the rest keeps its content. */
+		cr_expect_eq(mincore_resident(b + 32 * PAGE, 96 * PAGE), 0);
+		cr_expect_eq(pattern_check((uintptr_t)r, 31 * PAGE,
+					   b + 31 * PAGE, PAGE),
+			     0);
+		/* Grown back: the tail faults in afresh from the pager. */
+		cr_assert_eq(faultd_region_resize(r, 128 * PAGE), 0);
+		cr_expect_eq(pattern_check((uintptr_t)r, 32 * PAGE,
+					   b + 32 * PAGE, 96 * PAGE),
+			     0);
+		ret = faultd_region_resize(r, 4096 * PAGE);
+		cr_expect(ret == 0 || ret == -ENOMEM, "resize: %d", ret);
+		if (ret == 0)
+			cr_expect_eq(pattern_check((uintptr_t)r, 4000 * PAGE,
+						   b + 4000 * PAGE, PAGE),
+				     0);
+		faultd_region_destroy(r);
+	}
+	faultd_ctx_destroy(ctx);
+}
+
+Test(regions, discard_refaults_from_pager, .timeout = 30)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+
+	for (int k = 0; k < 2; k++) {
+		struct faultd_region *r = make_region(
+			ctx, 64 * PAGE, &p, k ? FAULTD_REGION_MEMFD : 0);
+		char *b = faultd_region_base(r);
+
+		cr_expect_eq(pattern_check((uintptr_t)r, 0, b, 64 * PAGE), 0);
+		memset(b + 8 * PAGE, 0x55, 8 * PAGE); /* local changes */
+		cr_assert_eq(faultd_region_discard(r, 8 * PAGE, 8 * PAGE), 0);
+		cr_expect_eq(pattern_check((uintptr_t)r, 0, b, 64 * PAGE), 0);
+		struct faultd_stats s = region_stats(r);
+		cr_expect_eq(s.pager_fills, 64 + 8);
+		faultd_region_destroy(r);
+	}
+	faultd_ctx_destroy(ctx);
+}
+
+Test(regions, memfd_content_visible_through_fd, .timeout = 30)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+	struct faultd_region *r = make_region(ctx, 16 * PAGE, &p,
+					      FAULTD_REGION_MEMFD);
+	char *b = faultd_region_base(r);
+	char buf[PAGE];
+	int fd = faultd_region_memfd(r);
+
+	cr_assert_geq(fd, 0);
+	cr_expect_eq(pattern_check((uintptr_t)r, 4 * PAGE, b + 4 * PAGE, PAGE),
+		     0);
+	cr_assert_eq(pread(fd, buf, PAGE, 4 * PAGE), (ssize_t)PAGE);
+	cr_expect_eq(pattern_check((uintptr_t)r, 4 * PAGE, buf, PAGE), 0);
+	faultd_ctx_destroy(ctx);
+}
+
+Test(regions, shared_group_serves_many_regions, .timeout = 60)
+{
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct faultd_group_opts go = { .size = sizeof(go), .threads = 2 };
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = region_tag_fill };
+	struct faultd_region *r[16];
+	struct faultd_group *g;
+
+	cr_assert_eq(faultd_group_create(ctx, &go, &g), 0);
+	for (int i = 0; i < 16; i++) {
+		struct faultd_region_opts o = { .size = sizeof(o),
+						.length = 32 * PAGE,
+						.pager = &p,
+						.group = g };
+
+		cr_assert_eq(faultd_region_create(ctx, &o, &r[i]), 0);
+	}
+	run_touchers(r, 16);
+	cr_expect_eq(faultd_group_destroy(g), -EBUSY);
+	struct faultd_stats s = drained_stats(ctx, r, 16);
+	cr_expect_eq(s.faults - s.eexist, 16 * 32);
+	cr_expect_eq(faultd_group_destroy(g), 0);
+	faultd_ctx_destroy(ctx);
+}

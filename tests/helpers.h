@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * helpers.h - what the test programs share: the content pattern pagers
+ * write, a pattern pager, thread start/join, a rendezvous with a deadline,
+ * and a child-process runner for tests that expect a signal.
+ */
+#ifndef FAULTD_TEST_HELPERS_H
+#define FAULTD_TEST_HELPERS_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <faultd.h>
+
+#define PAGE 4096ul
+#define MIB (1ul << 20)
+
+/* The content of byte @off of a region tagged @tag: a function of both. */
+static inline uint64_t pattern_word(uint64_t tag, uint64_t off)
+{
+	uint64_t x = (off / 8) * 0x9e3779b97f4a7c15ull ^ tag;
+
+	x ^= x >> 29;
+	return x * 0xbf58476d1ce4e5b9ull;
+}
+
+static inline void pattern_fill(uint64_t tag, uint64_t off, void *buf,
+				size_t len)
+{
+	uint64_t *w = buf;
+
+	for (size_t i = 0; i < len / 8; i++)
+		w[i] = pattern_word(tag, off + i * 8);
+}
+
+/* Number of 8-byte words of [base, base+len) that differ from the pattern. */
+static inline size_t pattern_check(uint64_t tag, uint64_t off,
+				   const void *base, size_t len)
+{
+	const uint64_t *w = base;
+	size_t bad = 0;
+
+	for (size_t i = 0; i < len / 8; i++)
+		bad += w[i] != pattern_word(tag, off + i * 8);
+	return bad;
+}
+
+/* A pager that writes pattern_word(tag, offset); tag is the arg. */
+static inline ssize_t pattern_pager_fill(void *arg, struct faultd_region *r,
+					 uint64_t off, void *buf, size_t len)
+{
+	(void)r;
+	pattern_fill((uint64_t)(uintptr_t)arg, off, buf, len);
+	return (ssize_t)len;
+}
+
+static inline struct faultd_pager pattern_pager(uint64_t tag,
+						unsigned int flags)
+{
+	struct faultd_pager p = {
+		.size = sizeof(p),
+		.flags = flags,
+		.fill = pattern_pager_fill,
+		.arg = (void *)(uintptr_t)tag,
+	};
+	return p;
+}
+
+static inline uint64_t test_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Wait until *v >= want or @timeout_ms pass (a deadline, not a sleep used
+ * as synchronization: the caller asserts the result). Returns whether the
+ * condition was met.
+ */
+static inline bool wait_at_least(atomic_int *v, int want, int timeout_ms)
+{
+	uint64_t end = test_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+	while (atomic_load(v) < want) {
+		if (test_now_ns() > end)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+/*
+ * Run @fn in a child process and return how it ended: the signal number
+ * that killed it (> 0), or -(exit status + 1).
+ */
+static inline int run_in_child(void (*fn)(void *), void *arg)
+{
+	int status;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		fn(arg);
+		_exit(0);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return -1000;
+	if (WIFSIGNALED(status))
+		return WTERMSIG(status);
+	return -(WEXITSTATUS(status) + 1);
+}
+
+#endif /* FAULTD_TEST_HELPERS_H */
