@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * bench-util.c - helpers for the scenarios: threads started together,
+ * latency histograms, a context per variant, the library's counters.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+double bench_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int run_threads(unsigned int n, void *(*fn)(void *), void *args,
+		size_t stride)
+{
+	pthread_t t[BENCH_MAX_THREADS];
+	unsigned int started;
+	int ret = 0;
+
+	if (n > BENCH_MAX_THREADS)
+		return -EINVAL;
+	for (started = 0; started < n; started++) {
+		ret = -pthread_create(&t[started], NULL, fn,
+				      (char *)args + started * stride);
+		if (ret)
+			break;
+	}
+	for (unsigned int i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	return ret;
+}
+
+void lat_percentiles(const struct lat_hist *h, unsigned int n, size_t stride,
+		     double *p50, double *p99)
+{
+	struct faultd_stats s = { .size = sizeof(s) };
+	struct stat_block acc;
+
+	memset(&acc, 0, sizeof(acc));
+	for (unsigned int i = 0; i < n; i++)
+		stat_sum(&acc, (const struct stat_block *)((const char *)h +
+							    i * stride));
+	stat_export(&s, &acc);
+	*p50 = (double)faultd_stats_latency(&s, 50);
+	*p99 = (double)faultd_stats_latency(&s, 99);
+}
+
+void sample_ctx_stats(struct faultd_ctx *ctx, struct sample *out)
+{
+	out->stats.size = sizeof(out->stats);
+	if (faultd_ctx_stats(ctx, &out->stats) == 0)
+		out->has_stats = true;
+}
+
+struct faultd_ctx *bench_ctx(unsigned int lock_mode, unsigned int handlers)
+{
+	struct faultd_ctx_opts o = {
+		.size = sizeof(o),
+		.lock_mode = lock_mode,
+		.handler_threads = handlers,
+	};
+	struct faultd_ctx *ctx;
+	int ret = faultd_ctx_create(&o, &ctx);
+
+	if (ret < 0) {
+		fprintf(stderr, "faultd_ctx_create: %s\n", strerror(-ret));
+		return NULL;
+	}
+	return ctx;
+}

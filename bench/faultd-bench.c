@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * faultd-bench - the one program that produces libfaultd's figures.
+ *
+ *   faultd-bench list
+ *   faultd-bench run SCENARIO|all [--seconds S] [--threads N] [--size MIB]
+ *                [--rounds R] [--json]
+ *
+ * Each scenario runs its variants side by side in one process, interleaved
+ * (a warm-up round, then A B A B ... for R rounds), because ratios measured
+ * that way hold on a shared, noisy machine and absolute times do not. The
+ * output is a table, or with --json one object per line: per variant and
+ * metric the median/min/max over rounds, per headline pair the median of
+ * the per-round ratios, and the library's counters for faultd variants.
+ * Exit status: 0 when every variant ran, 1 when one was skipped, 2 on
+ * usage errors.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static const struct scenario *const scenarios[] = {
+	&scenario_pf1,
+	&scenario_lock,
+	&scenario_pager,
+};
+
+#define MAX_ROUNDS 64
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, unsigned int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct results {
+	struct sample s[MAX_ROUNDS][BENCH_MAX_VARIANTS];
+	unsigned int rounds;
+};
+
+static void print_metric(const struct scenario *sc, const struct bench_opts *o,
+			 const struct results *res, unsigned int v,
+			 unsigned int m)
+{
+	double vals[MAX_ROUNDS], lo = INFINITY, hi = -INFINITY, med;
+	unsigned int n = res->rounds;
+
+	for (unsigned int r = 0; r < n; r++) {
+		vals[r] = res->s[r + 1][v].value[m];
+		lo = fmin(lo, vals[r]);
+		hi = fmax(hi, vals[r]);
+	}
+	med = median(vals, n);
+	if (o->json)
+		printf("{\"scenario\":\"%s\",\"variant\":\"%s\",\"metric\":"
+		       "\"%s\",\"median\":%.6g,\"min\":%.6g,\"max\":%.6g,"
+		       "\"rounds\":%u}\n",
+		       sc->name, sc->variants[v], sc->metrics[m], med, lo, hi,
+		       n);
+	else
+		printf("  %-22s %-14s %14.6g  (min %.6g, max %.6g)\n",
+		       sc->variants[v], sc->metrics[m], med, lo, hi);
+}
+
+static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
+			const struct results *res, const struct ratio *q,
+			unsigned int m)
+{
+	double vals[MAX_ROUNDS];
+	unsigned int n = res->rounds;
+
+	for (unsigned int r = 0; r < n; r++) {
+		double den = res->s[r + 1][q->den].value[m];
+
+		vals[r] = den ? res->s[r + 1][q->num].value[m] / den : 0;
+	}
+	if (o->json)
+		printf("{\"scenario\":\"%s\",\"ratio\":\"%s/%s\",\"metric\":"
+		       "\"%s\",\"median\":%.4g}\n",
+		       sc->name, sc->variants[q->num], sc->variants[q->den],
+		       sc->metrics[m], median(vals, n));
+	else
+		printf("  ratio %s/%s %s: %.3f\n", sc->variants[q->num],
+		       sc->variants[q->den], sc->metrics[m], median(vals, n));
+}
+
+/* The library's counters for a faultd variant, summed over the rounds. */
+static void print_counters(const struct scenario *sc,
+			   const struct bench_opts *o,
+			   const struct results *res, unsigned int v)
+{
+	struct faultd_stats t = { 0 };
+	struct stat_block lat;
+
+	memset(&lat, 0, sizeof(lat));
+	for (unsigned int r = 1; r <= res->rounds; r++) {
+		const struct faultd_stats *s = &res->s[r][v].stats;
+
+		t.faults += s->faults;
+		t.fast += s->fast;
+		t.retry += s->retry;
+		t.locked += s->locked;
+		t.abort += s->abort;
+		t.miss += s->miss;
+		t.eexist += s->eexist;
+		t.eagain += s->eagain;
+		t.poisoned += s->poisoned;
+		for (unsigned int i = 0; i < FAULTD_HIST_BUCKETS; i++)
+			t.latency[i] += s->latency[i];
+	}
+	t.size = sizeof(t);
+	printf(o->json ? "{\"scenario\":\"%s\",\"variant\":\"%s\",\"counters\":"
+			 "{\"faults\":%llu,\"fast\":%llu,\"retry\":%llu,"
+			 "\"locked\":%llu,\"abort\":%llu,\"miss\":%llu,"
+			 "\"eexist\":%llu,\"eagain\":%llu,\"poisoned\":%llu,"
+			 "\"handler_p50_ns\":%llu,\"handler_p99_ns\":%llu}}\n"
+		       : "  %s/%s counters: faults %llu fast %llu retry %llu "
+			 "locked %llu abort %llu miss %llu eexist %llu "
+			 "eagain %llu poisoned %llu; handler time p50 %llu ns "
+			 "p99 %llu ns\n",
+	       sc->name, sc->variants[v], (unsigned long long)t.faults,
+	       (unsigned long long)t.fast, (unsigned long long)t.retry,
+	       (unsigned long long)t.locked, (unsigned long long)t.abort,
+	       (unsigned long long)t.miss, (unsigned long long)t.eexist,
+	       (unsigned long long)t.eagain, (unsigned long long)t.poisoned,
+	       (unsigned long long)faultd_stats_latency(&t, 50),
+	       (unsigned long long)faultd_stats_latency(&t, 99));
+}
+
+static int report(const struct scenario *sc, const struct bench_opts *o,
+		  const struct results *res)
+{
+	int skipped = 0;
+
+	if (!o->json)
+		printf("%s: %s (%u threads, %zu MiB, %u rounds of %.2g s)\n",
+		       sc->name, sc->desc, o->threads, o->size_mib, res->rounds,
+		       o->seconds);
+	for (unsigned int v = 0; v < sc->nvariants; v++) {
+		const char *why = res->s[1][v].skipped;
+
+		if (why) {
+			skipped = 1;
+			printf(o->json ? "{\"scenario\":\"%s\",\"variant\":\"%s\","
+					 "\"skipped\":\"%s\"}\n"
+				       : "  %s/%s skipped: %s\n",
+			       sc->name, sc->variants[v], why);
+			continue;
+		}
+		for (unsigned int m = 0; m < sc->nmetrics; m++)
+			print_metric(sc, o, res, v, m);
+		if (res->s[1][v].has_stats)
+			print_counters(sc, o, res, v);
+	}
+	for (unsigned int q = 0; q < sc->nratios; q++) {
+		const struct ratio *r = &sc->ratios[q];
+
+		if (res->s[1][r->num].skipped || res->s[1][r->den].skipped)
+			continue;
+		for (unsigned int m = 0; m < sc->nmetrics; m++)
+			print_ratio(sc, o, res, r, m);
+	}
+	fflush(stdout);
+	return skipped;
+}
+
+static int run_scenario(const struct scenario *sc, struct bench_opts o)
+{
+	struct results *res = calloc(1, sizeof(*res));
+	int ret;
+
+	if (!res)
+		return -ENOMEM;
+	if (!o.threads)
+		o.threads = sc->default_threads;
+	if (!o.size_mib)
+		o.size_mib = sc->default_size_mib;
+	res->rounds = o.rounds;
+	for (unsigned int r = 0; r <= o.rounds; r++) {
+		for (unsigned int v = 0; v < sc->nvariants; v++) {
+			struct sample *s = &res->s[r][v];
+
+			ret = sc->run(&o, v, s);
+			if (ret < 0 && !s->skipped)
+				s->skipped = strerror(-ret);
+		}
+	}
+	ret = report(sc, &o, res);
+	free(res);
+	return ret;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: faultd-bench list\n"
+		   "       faultd-bench run SCENARIO|all [--seconds S] "
+		   "[--threads N] [--size MIB] [--rounds R] [--json]\n");
+}
+
+static int parse_opts(int argc, char **argv, struct bench_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "seconds", required_argument, NULL, 's' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "size", required_argument, NULL, 'm' },
+		{ "rounds", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': o->seconds = atof(optarg); break;
+		case 't': o->threads = (unsigned int)atoi(optarg); break;
+		case 'm': o->size_mib = (size_t)atol(optarg); break;
+		case 'r': o->rounds = (unsigned int)atoi(optarg); break;
+		case 'j': o->json = true; break;
+		default: return -1;
+		}
+	}
+	if (o->seconds <= 0 || o->rounds < 1 || o->rounds >= MAX_ROUNDS ||
+	    o->threads > BENCH_MAX_THREADS)
+		return -1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench_opts o = { .seconds = 1.0, .rounds = 3 };
+	const char *which;
+	int ret = 0, found = 0;
+
+	if (argc >= 2 && !strcmp(argv[1], "list")) {
+		for (size_t i = 0; i < sizeof(scenarios) / sizeof(*scenarios);
+		     i++)
+			printf("%-8s %s\n", scenarios[i]->name,
+			       scenarios[i]->desc);
+		return 0;
+	}
+	if (argc < 3 || strcmp(argv[1], "run")) {
+		usage(stderr);
+		return 2;
+	}
+	which = argv[2];
+	if (!strcmp(which, "all"))
+		o.seconds = 0.5; /* short settings for the whole set */
+	optind = 3;
+	if (parse_opts(argc, argv, &o) < 0) {
+		usage(stderr);
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(*scenarios); i++) {
+		if (strcmp(which, "all") && strcmp(which, scenarios[i]->name))
+			continue;
+		found = 1;
+		if (run_scenario(scenarios[i], o))
+			ret = 1;
+	}
+	if (!found) {
+		fprintf(stderr, "faultd-bench: no scenario '%s'\n", which);
+		return 2;
+	}
+	return ret;
+}
