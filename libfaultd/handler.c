@@ -119,26 +119,38 @@ static void handler_wait(struct handler *h)
 	poll(pfd, 2, h->nr_parked ? PARKED_POLL_MS : -1);
 }
 
+/*
+ * After a batch the loop reads again at once while that finds messages,
+ * and polls first once it found the queue empty: a thread whose faults
+ * come one at a time then pays poll+read per fault, not read+poll+read.
+ * A full batch means the queue is busy again: back to reading first.
+ */
 static void handler_loop(struct handler *h)
 {
 	struct faultd_group *g = h->group;
+	bool poll_first = false, waited = false;
 	ssize_t n;
 
 	while (!atomic_load_explicit(&g->stopping, memory_order_acquire)) {
+		if (poll_first || waited) {
+			handler_wait(h);
+			waited = false;
+		}
 		n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
 		if (n > 0) {
+			if (n == g->batch && g->batch > 1)
+				poll_first = false;
 			handle_batch(h, (size_t)n);
 			continue;
 		}
+		if (!poll_first && n == -EAGAIN)
+			poll_first = true;
+		waited = true;
 		if (h->nr_parked)
 			retry_parked(h);
-		if (n == -EAGAIN || n == 0)
-			handler_wait(h);
-		else if (n != -EINTR) {
+		if (n != -EAGAIN && n != -EINTR && n != 0)
 			fd_err(g->ctx, "handler %u: read: %s", h->slot,
 			       strerror((int)-n));
-			handler_wait(h);
-		}
 	}
 }
 
