@@ -46,6 +46,9 @@ struct ratio {
 	unsigned int num, den; /* indices into the scenario's variants */
 };
 
+/* As a ratio's den: the best other variant of the same round. */
+#define RATIO_BEST 255u
+
 struct scenario {
 	const char *name;
 	const char *desc;
@@ -65,6 +68,7 @@ struct scenario {
 extern const struct scenario scenario_pf1;
 extern const struct scenario scenario_lock;
 extern const struct scenario scenario_pager;
+extern const struct scenario scenario_clear;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

@@ -28,6 +28,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_pf1,
 	&scenario_lock,
 	&scenario_pager,
+	&scenario_clear,
 };
 
 #define MAX_ROUNDS 64
@@ -74,6 +75,20 @@ static void print_metric(const struct scenario *sc, const struct bench_opts *o,
 		       sc->variants[v], sc->metrics[m], med, lo, hi);
 }
 
+/* A round's denominator: a variant, or the best of the others. */
+static double ratio_den(const struct scenario *sc, const struct sample *round,
+			const struct ratio *q, unsigned int m)
+{
+	double best = 0;
+
+	if (q->den != RATIO_BEST)
+		return round[q->den].value[m];
+	for (unsigned int v = 0; v < sc->nvariants; v++)
+		if (v != q->num && !round[v].skipped && round[v].value[m] > best)
+			best = round[v].value[m];
+	return best;
+}
+
 static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
 			const struct results *res, const struct ratio *q,
 			unsigned int m)
@@ -81,19 +96,22 @@ static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
 	double vals[MAX_ROUNDS];
 	unsigned int n = res->rounds;
 
+	const char *den_name = q->den == RATIO_BEST ? "best"
+						    : sc->variants[q->den];
+
 	for (unsigned int r = 0; r < n; r++) {
-		double den = res->s[r + 1][q->den].value[m];
+		double den = ratio_den(sc, res->s[r + 1], q, m);
 
 		vals[r] = den ? res->s[r + 1][q->num].value[m] / den : 0;
 	}
 	if (o->json)
 		printf("{\"scenario\":\"%s\",\"ratio\":\"%s/%s\",\"metric\":"
 		       "\"%s\",\"median\":%.4g}\n",
-		       sc->name, sc->variants[q->num], sc->variants[q->den],
+		       sc->name, sc->variants[q->num], den_name,
 		       sc->metrics[m], median(vals, n));
 	else
 		printf("  ratio %s/%s %s: %.3f\n", sc->variants[q->num],
-		       sc->variants[q->den], sc->metrics[m], median(vals, n));
+		       den_name, sc->metrics[m], median(vals, n));
 }
 
 /* The library's counters for a faultd variant, summed over the rounds. */
@@ -167,7 +185,8 @@ static int report(const struct scenario *sc, const struct bench_opts *o,
 	for (unsigned int q = 0; q < sc->nratios; q++) {
 		const struct ratio *r = &sc->ratios[q];
 
-		if (res->s[1][r->num].skipped || res->s[1][r->den].skipped)
+		if (res->s[1][r->num].skipped ||
+		    (r->den != RATIO_BEST && res->s[1][r->den].skipped))
 			continue;
 		for (unsigned int m = 0; m < sc->nmetrics; m++)
 			print_ratio(sc, o, res, r, m);

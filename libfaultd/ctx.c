@@ -19,8 +19,11 @@
 
 #include "internal.h"
 
-/* Enough zeros for the largest page a region may have (2 MiB). */
-#define ZERO_BUF_LEN (2ul << 20)
+/*
+ * Enough zeros for the largest page a region may have (1 GiB). Address
+ * space only: it is never written, so reading it maps the zero page.
+ */
+#define ZERO_BUF_LEN (1ul << 30)
 
 static __thread const struct faultd_ctx *tls_locked_ctx;
 
@@ -169,7 +172,8 @@ FAULTD_EXPORT int faultd_ctx_create(const struct faultd_ctx_opts *opts,
 		goto err_free;
 	ctx->page_size = sysconf(_SC_PAGESIZE);
 	ctx->zero_page = mmap(NULL, ZERO_BUF_LEN, PROT_READ,
-			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+			      0);
 	if (ctx->zero_page == MAP_FAILED) {
 		ret = -errno;
 		goto err_free;

@@ -143,14 +143,16 @@ static int fault_copy(struct fault *f, const void *src)
  * for a read of anonymous memory. A write to anonymous memory gets a copy
  * of zeros instead, so that the write does not fault a second time to
  * replace the zero page. shmem has no zero page: ZEROPAGE allocates.
+ * hugetlb has no UFFDIO_ZEROPAGE: copy from the context's zeros.
  */
 static int do_zero_fault(struct fault *f)
 {
 	ssize_t ret;
 
 	fault_commit(f, ST_ZERO_FILLS);
-	if ((f->msg_flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
-	    f->r->kind == REGION_ANON)
+	if (f->r->kind == REGION_HUGETLB ||
+	    ((f->msg_flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
+	     f->r->kind == REGION_ANON))
 		return fault_copy(f, f->r->ctx->zero_page);
 	ret = uffd_zeropage(fault_uffd(f), f->addr, f->len, 0);
 	ret = fault_finish(f, ret);
@@ -210,7 +212,7 @@ static int do_pager_fault(struct fault *f)
 		return fault_poison(f, (int)n);
 	}
 	if ((size_t)n < f->len)
-		memset((char *)buf + n, 0, f->len - (size_t)n);
+		faultd_clear((char *)buf + n, f->len - (size_t)n);
 	return fault_copy(f, buf);
 }
 
@@ -221,9 +223,78 @@ static int do_missing_fault(struct fault *f)
 	return do_pager_fault(f);
 }
 
+/* Map the page the page cache holds; poison if that fails. */
+static int fault_continue(struct fault *f)
+{
+	ssize_t ret = uffd_continue(fault_uffd(f), f->addr, f->len, 0);
+
+	ret = fault_finish(f, ret);
+	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
+}
+
+/*
+ * huge_prepare() - put the content of a claimed page into the page cache
+ * through the alias: a missing page is allocated (the kernel clears it) by
+ * touching it, a stale one is cleared, a pager fills either in place.
+ * Returns 0 or the pager's -errno.
+ */
+static int huge_prepare(struct fault *f, bool stale)
+{
+	char *p = f->r->alias + f->off;
+	ssize_t n;
+
+	if (!f->r->has_pager) {
+		fault_commit(f, ST_ZERO_FILLS);
+		if (stale)
+			faultd_clear(p, f->len);
+		else
+			(void)*(volatile char *)p;
+		return 0;
+	}
+	n = pager_fill(f, p);
+	fault_commit(f, ST_PAGER_FILLS);
+	if (n < 0) {
+		stat_inc(f->st, ST_PAGER_ERRORS);
+		return (int)n;
+	}
+	if ((size_t)n < f->len)
+		faultd_clear(p + n, f->len - (size_t)n);
+	return 0;
+}
+
+/*
+ * do_shared_huge_fault() - a missing or minor fault in a memfd-hugetlb
+ * region. The handler that claims the page prepares it in the page cache;
+ * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
+ */
+static int do_shared_huge_fault(struct fault *f)
+{
+	struct huge_state *s = huge_state_of(f->r, f->off);
+	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR;
+	bool stale = false;
+	int ret;
+
+	if (f->r->has_pager) {
+		ret = fault_can_call_pager(f);
+		if (ret)
+			return ret;
+	}
+	if (huge_claim(s, minor, &stale) == HUGE_CLAIM_MAPPED) {
+		fault_commit(f, ST_MAPPED);
+		return fault_continue(f);
+	}
+	ret = huge_prepare(f, stale);
+	huge_release(s, ret ? HUGE_STALE : HUGE_READY);
+	if (ret)
+		return fault_poison(f, ret);
+	return fault_continue(f);
+}
+
 /* handle_region_fault() - resolve a fault in a region the caller holds. */
 static int handle_region_fault(struct fault *f)
 {
+	if (f->r->kind == REGION_MEMFD_HUGETLB)
+		return do_shared_huge_fault(f);
 	return do_missing_fault(f);
 }
 

@@ -27,8 +27,8 @@
 
 #include "internal.h"
 
-/* Staging: large enough for the largest page a region may have. */
-#define STAGING_LEN (2ul << 20)
+/* Every handler can stage a 2 MiB page; groups for 1 GiB pages, more. */
+#define GROUP_STAGING (2ul << 20)
 /* How long a thread with parked faults sleeps before retrying them. */
 #define PARKED_POLL_MS 1
 
@@ -176,9 +176,10 @@ static int handler_start(struct faultd_group *g, unsigned int slot)
 
 	h->group = g;
 	h->slot = slot;
-	h->staging_len = STAGING_LEN;
-	h->staging = mmap(NULL, STAGING_LEN, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	h->staging_len = g->staging_len;
+	/* Address space only: pages are allocated as fills touch them. */
+	h->staging = mmap(NULL, h->staging_len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (h->staging == MAP_FAILED) {
 		h->staging = NULL;
 		return -errno;
@@ -223,7 +224,7 @@ static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
  * On failure everything started is stopped and freed.
  */
 int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
-		 bool implicit, struct faultd_group **gp)
+		 bool implicit, size_t staging_len, struct faultd_group **gp)
 {
 	struct faultd_group *g;
 	int ret;
@@ -234,6 +235,8 @@ int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
 	if (!g)
 		return -ENOMEM;
 	g->implicit = implicit;
+	g->staging_len = staging_len > GROUP_STAGING ? staging_len
+						     : GROUP_STAGING;
 	g->uffd = uffd_open(g->features, true);
 	if (g->uffd < 0) {
 		ret = g->uffd;
@@ -300,14 +303,16 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 	if (!ctx || !gp)
 		return -EINVAL;
 	if (opts) {
-		ret = opts_copy(&o, sizeof(o), opts, sizeof(o));
+		ret = opts_copy(&o, sizeof(o), opts,
+				offsetof(struct faultd_group_opts, threads) +
+					sizeof(o.threads));
 		if (ret < 0)
 			return ret;
 	}
 	if (in_handler_of(ctx))
 		return -EDEADLK;
 	ret = group_create(ctx, o.threads ? o.threads : ctx->handler_threads,
-			   false, &g);
+			   false, o.max_page_size, &g);
 	if (ret < 0)
 		return ret;
 	map_write_lock(ctx);

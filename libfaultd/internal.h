@@ -66,6 +66,7 @@ ssize_t uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t max);
 ssize_t uffd_copy(int fd, uintptr_t dst, const void *src, size_t len,
 		  uint64_t mode);
 ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode);
+ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode);
 int uffd_wake(int fd, uintptr_t start, size_t len);
 int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode);
 enum uffd_outcome uffd_classify(ssize_t ret);
@@ -79,6 +80,7 @@ enum stat_item {
 	ST_FAULTS,
 	ST_ZERO_FILLS,
 	ST_PAGER_FILLS,
+	ST_MAPPED,
 	ST_FAST,
 	ST_RETRY,
 	ST_ABORT,
@@ -119,6 +121,13 @@ void stat_latency(struct stat_block *s, uint64_t ns);
 void stat_sum(struct stat_block *acc, const struct stat_block *s);
 void stat_export(struct faultd_stats *out, const struct stat_block *s);
 uint64_t now_ns(void);
+
+/* ------------------------------------------------------------------------
+ * clear.c - range clears.
+ */
+
+void clear_per_4k(void *dst, size_t len); /* the bench's reference only */
+void clear_with(int strategy, void *dst, size_t len);
 
 /* ------------------------------------------------------------------------
  * ctx.c - contexts, the context lock, logging.
@@ -205,9 +214,22 @@ void map_destroy(struct faultd_ctx *ctx);
  */
 
 enum region_kind {
-	REGION_ANON,
-	REGION_MEMFD,
+	REGION_ANON,		/* private anonymous, 4 KiB (THP optional) */
+	REGION_MEMFD,		/* shmem behind a memfd, 4 KiB */
+	REGION_HUGETLB,		/* private anonymous hugetlb: UFFDIO_COPY */
+	REGION_MEMFD_HUGETLB,	/* hugetlb memfd: alias + UFFDIO_CONTINUE */
 };
+
+/* The state of one huge page of a memfd-hugetlb region (see huge.c). */
+struct huge_state {
+	int32_t state;
+};
+
+#define HUGE_NONE 0	 /* not in the page cache (as far as we know) */
+#define HUGE_BUSY 1	 /* a handler prepares it */
+#define HUGE_READY 2	 /* its content is in the page cache */
+#define HUGE_STALE 3	 /* in the page cache, but discarded: prepare again */
+#define HUGE_WAITERS 0x100 /* with BUSY: someone waits for it */
 
 struct faultd_region {
 	struct faultd_ctx *ctx;
@@ -228,6 +250,11 @@ struct faultd_region {
 	uint64_t flags;
 	size_t page_size;
 	int memfd;
+	/* memfd-hugetlb: the library's own view of the memfd, page states */
+	char *alias;
+	size_t alias_len;	/* when grown past max_len at creation */
+	struct huge_state *states;
+	size_t nr_states;
 	bool has_pager;
 	struct faultd_pager pager;
 
@@ -247,7 +274,34 @@ static inline bool region_contains(const struct faultd_region *r,
 }
 
 bool region_read_trylock(struct faultd_region *r);
+
+/* mem.c - the OS layer of regions (see there for the lock rules). */
+int mem_map(struct faultd_region *r, void *addr);
+void mem_unmap(struct faultd_region *r);
+int mem_grow(struct faultd_region *r, size_t old_len, size_t len);
+void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);
+int mem_discard(struct faultd_region *r, uint64_t off, size_t len);
 void region_read_unlock(struct faultd_region *r);
+
+/* ------------------------------------------------------------------------
+ * huge.c - huge-page regions: sizes, reservation errors, alias, states.
+ */
+
+#define HUGE_CLAIM_MAPPED 0  /* the page is ready: map it */
+#define HUGE_CLAIM_PREPARE 1 /* the caller prepares it, then releases */
+
+long huge_page_size(size_t want);
+int huge_mmap_flags(size_t ps);
+unsigned int huge_memfd_flags(size_t ps);
+void huge_log_enomem(const struct faultd_region *r, size_t len);
+int huge_alias_map(struct faultd_region *r);
+void huge_alias_unmap(struct faultd_region *r);
+int huge_alias_grow(struct faultd_region *r, size_t max_len);
+struct huge_state *huge_state_of(struct faultd_region *r, uint64_t off);
+int huge_claim(struct huge_state *s, bool minor, bool *was_stale);
+void huge_release(struct huge_state *s, int32_t state);
+void huge_mark_stale(struct faultd_region *r, uint64_t off, size_t len);
+void huge_forget(struct faultd_region *r, uint64_t off, size_t len);
 
 /* ------------------------------------------------------------------------
  * handler.c - handler groups and their threads: batched reads, events
@@ -267,13 +321,14 @@ struct faultd_group {
 	bool implicit;		/* owned by one region */
 	unsigned int nthreads;
 	unsigned int batch;	/* messages per read(), see group_alloc() */
+	size_t staging_len;	/* each handler's buffer: the largest page */
 	struct handler *handlers;
 	unsigned int nregions;	/* under map_lock */
 	struct faultd_group *next; /* ctx->groups, under map_lock */
 };
 
 int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
-		 bool implicit, struct faultd_group **gp);
+		 bool implicit, size_t staging_len, struct faultd_group **gp);
 void group_stop(struct faultd_group *g);
 void group_free(struct faultd_group *g);
 bool in_handler_of(const struct faultd_ctx *ctx);

@@ -19,8 +19,9 @@
 
 #include "internal.h"
 
-#define REGION_KIND_FLAGS (FAULTD_REGION_MEMFD)
-#define REGION_KNOWN_FLAGS (REGION_KIND_FLAGS | FAULTD_REGION_FIXED)
+#define REGION_KNOWN_FLAGS                                                     \
+	(FAULTD_REGION_MEMFD | FAULTD_REGION_HUGETLB | FAULTD_REGION_THP |     \
+	 FAULTD_REGION_FIXED)
 
 bool region_read_trylock(struct faultd_region *r)
 {
@@ -37,11 +38,36 @@ static bool aligned(uint64_t v, size_t a)
 	return (v & (a - 1)) == 0;
 }
 
-static int region_opts_check(const struct faultd_ctx *ctx,
+static enum region_kind kind_of(uint64_t flags)
+{
+	if (flags & FAULTD_REGION_HUGETLB)
+		return flags & FAULTD_REGION_MEMFD ? REGION_MEMFD_HUGETLB
+						   : REGION_HUGETLB;
+	return flags & FAULTD_REGION_MEMFD ? REGION_MEMFD : REGION_ANON;
+}
+
+/* The page size of a region with these options, or -errno. */
+static long region_page_size(const struct faultd_ctx *ctx,
 			     const struct faultd_region_opts *o)
 {
-	size_t ps = (size_t)ctx->page_size;
+	uint64_t have = uffd_have();
 
+	if (!(o->flags & FAULTD_REGION_HUGETLB))
+		return !o->page_size || o->page_size == (size_t)ctx->page_size
+			       ? ctx->page_size
+			       : -EINVAL;
+	if (o->flags & FAULTD_REGION_THP)
+		return -EINVAL;
+	if (!(have & FAULTD_HAVE_MISSING_HUGETLB) ||
+	    ((o->flags & FAULTD_REGION_MEMFD) &&
+	     !(have & FAULTD_HAVE_MINOR_HUGETLB)))
+		return -EOPNOTSUPP;
+	return huge_page_size(o->page_size);
+}
+
+static int region_opts_check(const struct faultd_ctx *ctx,
+			     const struct faultd_region_opts *o, size_t ps)
+{
 	if (o->flags & ~REGION_KNOWN_FLAGS)
 		return -EINVAL;
 	if (!o->length || !aligned(o->length, ps))
@@ -53,7 +79,8 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 		return -EINVAL;
 	if (o->addr && !aligned((uintptr_t)o->addr, ps))
 		return -EINVAL;
-	if (o->group && (o->group->ctx != ctx || o->handler_threads))
+	if (o->group && (o->group->ctx != ctx || o->handler_threads ||
+			 ps > o->group->staging_len))
 		return -EINVAL;
 	if (o->pager && (o->pager->size < sizeof(struct faultd_pager) ||
 			 !o->pager->fill ||
@@ -63,7 +90,8 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 }
 
 static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
-					  const struct faultd_region_opts *o)
+					  const struct faultd_region_opts *o,
+					  size_t ps)
 {
 	struct faultd_region *r = calloc(1, sizeof(*r));
 
@@ -75,8 +103,8 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	}
 	r->ctx = ctx;
 	r->flags = o->flags;
-	r->kind = (o->flags & FAULTD_REGION_MEMFD) ? REGION_MEMFD : REGION_ANON;
-	r->page_size = (size_t)ctx->page_size;
+	r->kind = kind_of(o->flags);
+	r->page_size = ps;
 	r->memfd = -1;
 	atomic_init(&r->len, o->length);
 	r->max_len = o->max_length > o->length ? o->max_length : o->length;
@@ -105,7 +133,7 @@ static int region_attach_group(struct faultd_region *r,
 	int ret;
 
 	if (!g) {
-		ret = group_create(r->ctx, n, true, &g);
+		ret = group_create(r->ctx, n, true, r->page_size, &g);
 		if (ret < 0)
 			return ret;
 	}
@@ -126,118 +154,6 @@ static void region_detach_group(struct faultd_region *r)
 		group_free(r->group);
 	}
 	r->group = NULL;
-}
-
-static int memfd_open(struct faultd_region *r, size_t len)
-{
-	char name[48];
-	int fd;
-
-	snprintf(name, sizeof(name), "faultd:%s", r->name);
-	fd = memfd_create(name, MFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)len) < 0) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	r->memfd = fd;
-	return 0;
-}
-
-/*
- * Address space is reserved first (PROT_NONE, no memory) for max_len bytes;
- * the region's pages are then mapped over the start of the reservation with
- * MAP_FIXED and registered. Growth maps more of the reservation, shrinking
- * maps the tail back to PROT_NONE: both in place, with no window in which
- * another mmap() could take the range.
- */
-static int reserve_va(void *addr, size_t len, uintptr_t *base)
-{
-	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-	void *p;
-
-	if (addr)
-		flags |= MAP_FIXED_NOREPLACE;
-	p = mmap(addr, len, PROT_NONE, flags, -1, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	if (addr && p != addr) { /* a kernel that ignores NOREPLACE */
-		munmap(p, len);
-		return -EEXIST;
-	}
-	*base = (uintptr_t)p;
-	return 0;
-}
-
-/* Give [off, off + len) back to the reservation: memory freed, unmapped. */
-static void region_unpopulate(struct faultd_region *r, size_t off, size_t len)
-{
-	mmap((char *)r->base + off, len, PROT_NONE,
-	     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-}
-
-/* Map [off, off + len) over the reservation and register it. */
-static int region_populate(struct faultd_region *r, size_t off, size_t len)
-{
-	char *at = (char *)r->base + off;
-	int flags = MAP_FIXED | (r->memfd >= 0 ? MAP_SHARED
-					       : MAP_PRIVATE | MAP_ANONYMOUS);
-	int ret;
-
-	if (mmap(at, len, PROT_READ | PROT_WRITE, flags, r->memfd,
-		 r->memfd >= 0 ? (off_t)off : 0) == MAP_FAILED) {
-		ret = -errno;
-		goto err;
-	}
-	/* A forked child must not see unfilled pages as zeros: keep it out. */
-	madvise(at, len, MADV_DONTFORK);
-	ret = uffd_register(r->group->uffd, (uintptr_t)at, len,
-			    UFFDIO_REGISTER_MODE_MISSING, NULL);
-	if (ret < 0)
-		goto err;
-	return 0;
-err:
-	region_unpopulate(r, off, len);
-	return ret;
-}
-
-/* Reserve the memory of @r and register it. Context: map_lock (write). */
-static int region_map_memory(struct faultd_region *r, void *addr)
-{
-	size_t len = atomic_load(&r->len);
-	int ret;
-
-	ret = reserve_va(addr, r->max_len, &r->base);
-	if (ret < 0)
-		return ret;
-	if (r->kind == REGION_MEMFD) {
-		ret = memfd_open(r, len);
-		if (ret < 0)
-			goto err_unreserve;
-	}
-	ret = region_populate(r, 0, len);
-	if (ret < 0)
-		goto err_memfd;
-	return 0;
-
-err_memfd:
-	if (r->memfd >= 0)
-		close(r->memfd);
-	r->memfd = -1;
-err_unreserve:
-	munmap((void *)r->base, r->max_len);
-	return ret;
-}
-
-static void region_unmap_memory(struct faultd_region *r)
-{
-	munmap((void *)r->base, r->max_len);
-	if (r->memfd >= 0)
-		close(r->memfd);
-	r->memfd = -1;
 }
 
 static void region_link_locked(struct faultd_region *r)
@@ -277,6 +193,7 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 	struct faultd_region_opts o;
 	struct region_map *old = NULL;
 	struct faultd_region *r;
+	long ps;
 	int ret;
 
 	if (!ctx || !opts || !regionp)
@@ -284,14 +201,18 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 	ret = opts_copy(&o, sizeof(o), opts,
 			offsetof(struct faultd_region_opts, name) +
 				sizeof(o.name));
+	/* (page_size, after name, is optional for callers built before it) */
 	if (ret < 0)
 		return ret;
-	ret = region_opts_check(ctx, &o);
+	ps = region_page_size(ctx, &o);
+	if (ps < 0)
+		return (int)ps;
+	ret = region_opts_check(ctx, &o, (size_t)ps);
 	if (ret < 0)
 		return ret;
 	if (in_handler_of(ctx))
 		return -EDEADLK;
-	r = region_alloc(ctx, &o);
+	r = region_alloc(ctx, &o, (size_t)ps);
 	if (!r)
 		return -ENOMEM;
 	ret = region_attach_group(r, &o);
@@ -299,7 +220,7 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 		goto err_group;
 
 	map_write_lock(ctx);
-	ret = region_map_memory(r, o.addr);
+	ret = mem_map(r, o.addr);
 	if (ret < 0)
 		goto err_unlock;
 	ret = map_insert_locked(ctx, r, &old);
@@ -313,7 +234,7 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 	return 0;
 
 err_unmap:
-	region_unmap_memory(r);
+	mem_unmap(r);
 err_unlock:
 	map_write_unlock(ctx);
 err_group:
@@ -339,7 +260,7 @@ static struct region_map *region_kill_locked(struct faultd_region *r)
 	 * mapped would re-fault, and once the registration is gone the
 	 * kernel would fill the page with zeros.
 	 */
-	region_unmap_memory(r);
+	mem_unmap(r);
 	pthread_rwlock_unlock(&r->lock);
 	region_unlink_locked(r);
 	ctx_retire_stats(r->ctx, r->stats, r->nr_stats);
@@ -388,47 +309,14 @@ FAULTD_EXPORT size_t faultd_region_size(const struct faultd_region *r)
 	return r ? atomic_load(&r->len) : 0;
 }
 
+FAULTD_EXPORT size_t faultd_region_page_size(const struct faultd_region *r)
+{
+	return r ? r->page_size : 0;
+}
+
 FAULTD_EXPORT int faultd_region_memfd(const struct faultd_region *r)
 {
 	return r && r->memfd >= 0 ? r->memfd : -EINVAL;
-}
-
-/* Extend the reservation in place to @len bytes, or -ENOMEM. */
-static int region_reserve_more(struct faultd_region *r, size_t len)
-{
-	uintptr_t at;
-	int ret;
-
-	ret = reserve_va((char *)r->base + r->max_len, len - r->max_len, &at);
-	if (ret < 0)
-		return ret == -EEXIST ? -ENOMEM : ret;
-	r->max_len = len;
-	return 0;
-}
-
-static int region_grow_locked(struct faultd_region *r, size_t old_len,
-			      size_t len)
-{
-	int ret;
-
-	if (len > r->max_len) {
-		ret = region_reserve_more(r, len);
-		if (ret < 0)
-			return ret;
-	}
-	if (r->memfd >= 0 && ftruncate(r->memfd, (off_t)len) < 0)
-		return -errno;
-	ret = region_populate(r, old_len, len - old_len);
-	if (ret < 0 && r->memfd >= 0)
-		(void)!ftruncate(r->memfd, (off_t)old_len);
-	return ret;
-}
-
-static void region_shrink_locked(struct faultd_region *r, size_t len)
-{
-	region_unpopulate(r, len, atomic_load(&r->len) - len);
-	if (r->memfd >= 0)
-		(void)!ftruncate(r->memfd, (off_t)len);
 }
 
 static int region_resize_locked(struct faultd_region *r, size_t old_len,
@@ -437,9 +325,9 @@ static int region_resize_locked(struct faultd_region *r, size_t old_len,
 	int ret = 0;
 
 	if (len > old_len)
-		ret = region_grow_locked(r, old_len, len);
+		ret = mem_grow(r, old_len, len);
 	else if (len < old_len)
-		region_shrink_locked(r, len);
+		mem_shrink(r, old_len, len);
 	if (!ret)
 		atomic_store(&r->len, len);
 	return ret;
@@ -471,27 +359,16 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 FAULTD_EXPORT int faultd_region_discard(struct faultd_region *r,
 					uint64_t off, size_t len)
 {
-	char *p;
-	int ret = 0;
+	size_t cur;
+	int ret;
 
 	if (!r || !len || !aligned(off, r->page_size) ||
 	    !aligned(len, r->page_size))
 		return -EINVAL;
 	pthread_rwlock_rdlock(&r->lock);
-	if (off >= atomic_load(&r->len) || len > atomic_load(&r->len) - off) {
-		ret = -EINVAL;
-		goto out;
-	}
-	p = (char *)r->base + off;
-	/* shmem keeps pages in the page cache: punch them out of the file. */
-	if (r->memfd >= 0)
-		ret = fallocate(r->memfd,
-				FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				(off_t)off, (off_t)len);
-	else
-		ret = madvise(p, len, MADV_DONTNEED);
-	ret = ret < 0 ? -errno : 0;
-out:
+	cur = atomic_load(&r->len);
+	ret = off < cur && len <= cur - off ? mem_discard(r, off, len)
+					     : -EINVAL;
 	pthread_rwlock_unlock(&r->lock);
 	return ret;
 }

@@ -260,6 +260,17 @@ ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode)
 	return fill_result(ret, errno, z.zeropage, len);
 }
 
+ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode)
+{
+	struct uffdio_continue c = {
+		.range = { .start = dst, .len = len },
+		.mode = mode,
+	};
+	int ret = ioctl(fd, UFFDIO_CONTINUE, &c);
+
+	return fill_result(ret, errno, c.mapped, len);
+}
+
 int uffd_wake(int fd, uintptr_t start, size_t len)
 {
 	struct uffdio_range range = { .start = start, .len = len };

@@ -200,9 +200,27 @@ struct faultd_pager {
  * Regions
  */
 
-/* Memory kinds (choose at most one; the default is anonymous memory). */
+/*
+ * Memory kinds. The default is private anonymous memory in 4 KiB pages.
+ * FAULTD_REGION_MEMFD: shmem behind a memfd (shareable).
+ * FAULTD_REGION_HUGETLB: hugetlb pages of opts.page_size (0: the system's
+ *   default huge page size, usually 2 MiB; 1 GiB where the system has it).
+ *   Alone: private anonymous hugetlb, resolved with UFFDIO_COPY. With
+ *   FAULTD_REGION_MEMFD: a hugetlb memfd resolved with minor faults - the
+ *   page is prepared in place and mapped with UFFDIO_CONTINUE, no copy;
+ *   the lowest-latency path for huge pages. The pages must be reserved
+ *   (vm.nr_hugepages); without enough free ones creation fails with
+ *   -ENOMEM and logs how to reserve them. Lengths, max_length and addr
+ *   must be multiples of the huge page size.
+ * FAULTD_REGION_THP: ask for transparent huge pages (MADV_HUGEPAGE) on
+ *   4 KiB memory. userfaultfd fills 4 KiB pages; khugepaged may collapse a
+ *   2 MiB range into a THP once all of its pages are present. Use hugetlb
+ *   when faults should be 2 MiB at a time.
+ */
 #define FAULTD_REGION_ANON (0ull)
-#define FAULTD_REGION_MEMFD (1ull << 0) /* shmem behind a memfd: shareable */
+#define FAULTD_REGION_MEMFD (1ull << 0)
+#define FAULTD_REGION_HUGETLB (1ull << 1)
+#define FAULTD_REGION_THP (1ull << 2)
 /* Placement */
 #define FAULTD_REGION_FIXED (1ull << 8) /* at opts.addr; -EEXIST if taken */
 
@@ -223,6 +241,7 @@ struct faultd_region_opts {
 	unsigned int handler_threads; /* 0: the context's default */
 	struct faultd_group *group;   /* NULL: the region's own handlers */
 	const char *name;	      /* for logs and stats; may be NULL */
+	size_t page_size;	      /* FAULTD_REGION_HUGETLB: 0 = default */
 };
 
 /*
@@ -255,9 +274,13 @@ int faultd_region_create(struct faultd_ctx *ctx,
  */
 int faultd_region_destroy(struct faultd_region *region);
 
-/* faultd_region_base(), faultd_region_size() - where the region is now. */
+/*
+ * faultd_region_base(), faultd_region_size() - where the region is now;
+ * faultd_region_page_size() - the size of its pages (the unit of a fault).
+ */
 void *faultd_region_base(const struct faultd_region *region);
 size_t faultd_region_size(const struct faultd_region *region);
+size_t faultd_region_page_size(const struct faultd_region *region);
 
 /*
  * faultd_region_resize() - grow or shrink the region in place to @length
@@ -274,8 +297,10 @@ int faultd_region_resize(struct faultd_region *region, size_t length);
 
 /*
  * faultd_region_discard() - drop the pages of [offset, offset + len): the
- * memory is given back and the next access faults again (to the pager, or
- * zeros). Returns 0, or -EINVAL (unaligned, empty or outside the region).
+ * next access faults again (to the pager, or zeros). The memory is given
+ * back, except in memfd-hugetlb regions, which keep their huge pages and
+ * clear or refill them at the next fault instead of going through the
+ * pool. Returns 0, or -EINVAL (unaligned, empty or outside the region).
  * Context: any thread but a handler thread of the region.
  */
 int faultd_region_discard(struct faultd_region *region, uint64_t offset,
@@ -297,6 +322,9 @@ int faultd_region_memfd(const struct faultd_region *region);
 struct faultd_group_opts {
 	size_t size;		/* sizeof(struct faultd_group_opts) */
 	unsigned int threads;	/* handler threads; 0: the context default */
+	/* The largest page of the group's regions (0: up to 2 MiB); each
+	 * thread reserves (not allocates) that much address space. */
+	size_t max_page_size;
 };
 
 /*
@@ -334,6 +362,8 @@ struct faultd_stats {
 	uint64_t faults;	/* page-fault messages handled */
 	uint64_t zero_fills;	/* missing faults resolved with zeros */
 	uint64_t pager_fills;	/* missing faults resolved by the pager */
+	uint64_t mapped;	/* resolved by mapping a page already in the
+				   page cache (UFFDIO_CONTINUE) */
 	uint64_t fast;		/* resolved under the region lock alone */
 	uint64_t retry;		/* fast path needed the context lock */
 	uint64_t abort;		/* region try-lock failed (being changed) */
@@ -367,6 +397,62 @@ int faultd_ctx_stats(const struct faultd_ctx *ctx, struct faultd_stats *stats);
  * histogram is empty).
  */
 uint64_t faultd_stats_latency(const struct faultd_stats *stats, double pct);
+
+/* ------------------------------------------------------------------------
+ * Range clears
+ */
+
+/*
+ * Clear strategies. AUTO (the default) measures once per process which is
+ * fastest here: the best temporal one (memset or rep stosb) for small or
+ * cached ranges, the best of all (often non-temporal stores or CLZERO) for
+ * large ranges that are not in the cache; a large clear reads a few lines of
+ * its range first to tell which it is.
+ */
+enum faultd_clear_strategy {
+	FAULTD_CLEAR_AUTO = 0,
+	FAULTD_CLEAR_MEMSET = 1,    /* the portable floor */
+	FAULTD_CLEAR_REP_STOSB = 2, /* x86, fast with ERMS/FSRM */
+	FAULTD_CLEAR_NT = 3,	    /* non-temporal stores: SSE2/AVX2/AVX-512 */
+	FAULTD_CLEAR_CLZERO = 4,    /* AMD CLZERO */
+};
+
+/*
+ * faultd_clear() - zero [dst, dst + len) as whole ranges, the way the
+ * kernel clears huge folios, with the strategy chosen for this CPU. The
+ * first call in a process measures the strategies (a few milliseconds);
+ * FAULTD_CLEAR=memset|rep-stosb|nt-store|clzero in the environment forces
+ * one. After a non-temporal clear the range is not in the cache.
+ * Context: any.
+ */
+void faultd_clear(void *dst, size_t len);
+
+/*
+ * faultd_clear_set() - force @strategy for every later faultd_clear() in
+ * the process (FAULTD_CLEAR_AUTO: measure again per call).
+ * Returns 0, -EINVAL (unknown strategy), -ENOTSUP (this CPU lacks it).
+ */
+int faultd_clear_set(int strategy);
+
+/* faultd_clear_name() - "auto", "memset", ...; NULL for an unknown one. */
+const char *faultd_clear_name(int strategy);
+
+struct faultd_clear_info {
+	size_t size;		/* sizeof(struct faultd_clear_info) */
+	int forced;		/* the forced strategy, or FAULTD_CLEAR_AUTO */
+	int hot;		/* chosen for small or cached ranges */
+	int cold;		/* chosen for large ranges not in the cache */
+	unsigned int available;	/* 1 << FAULTD_CLEAR_* this CPU has */
+	size_t probe_min;	/* ranges from this size are probed */
+	uint64_t probe_cycles;	/* a load slower than this missed the cache;
+				   0: probing off, large ranges count as cold */
+	const char *nt_isa;	/* "sse2", "avx2" or "avx512f" */
+	double hot_gbps[5];	/* the calibration's figures, GB/s */
+	double cold_gbps[5];
+};
+
+/* faultd_clear_info() - what the calibration measured and chose. */
+int faultd_clear_info(struct faultd_clear_info *info);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * mem.c - the OS layer of regions: address space, backing memory and
+ * userfaultfd registration for each kind of region.
+ *
+ * Address space is reserved first (PROT_NONE, no memory) for max_len bytes,
+ * aligned to the region's page size; the region's pages are then mapped
+ * over the start of the reservation with MAP_FIXED and registered. Growth
+ * maps more of the reservation and shrinking maps the tail back to
+ * PROT_NONE: both in place, with no window in which another mmap() could
+ * take the range. Callers hold the context lock for writing (map, unmap,
+ * grow, shrink) or the region's lock (discard).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Reserve @len bytes aligned to @align at @addr (NULL: anywhere). */
+static int reserve_va(void *addr, size_t len, size_t align, uintptr_t *base)
+{
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	size_t extra = addr ? 0 : align - 1;
+	uintptr_t p, start;
+
+	if (addr)
+		flags |= MAP_FIXED_NOREPLACE;
+	p = (uintptr_t)mmap(addr, len + extra, PROT_NONE, flags, -1, 0);
+	if ((void *)p == MAP_FAILED)
+		return -errno;
+	if (addr && (void *)p != addr) { /* a kernel that ignores NOREPLACE */
+		munmap((void *)p, len);
+		return -EEXIST;
+	}
+	start = (p + align - 1) & ~(uintptr_t)(align - 1);
+	if (start > p)
+		munmap((void *)p, start - p);
+	if (p + extra > start)
+		munmap((void *)(start + len), p + extra - start);
+	*base = start;
+	return 0;
+}
+
+static int memfd_open(struct faultd_region *r, size_t len)
+{
+	unsigned int flags = MFD_CLOEXEC;
+	char name[48];
+	int fd;
+
+	if (r->kind == REGION_MEMFD_HUGETLB)
+		flags |= huge_memfd_flags(r->page_size);
+	snprintf(name, sizeof(name), "faultd:%s", r->name);
+	fd = memfd_create(name, flags);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	r->memfd = fd;
+	return 0;
+}
+
+static int mmap_flags(const struct faultd_region *r)
+{
+	switch (r->kind) {
+	case REGION_HUGETLB:
+		return MAP_PRIVATE | MAP_ANONYMOUS |
+		       huge_mmap_flags(r->page_size);
+	case REGION_MEMFD:
+	case REGION_MEMFD_HUGETLB:
+		return MAP_SHARED;
+	default:
+		return MAP_PRIVATE | MAP_ANONYMOUS;
+	}
+}
+
+static uint64_t register_mode(const struct faultd_region *r)
+{
+	if (r->kind == REGION_MEMFD_HUGETLB)
+		return UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_MINOR;
+	return UFFDIO_REGISTER_MODE_MISSING;
+}
+
+/* Give [off, off + len) back to the reservation: memory freed, unmapped. */
+static void unpopulate(struct faultd_region *r, size_t off, size_t len)
+{
+	mmap((char *)r->base + off, len, PROT_NONE,
+	     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+}
+
+/* Map [off, off + len) over the reservation and register it. */
+static int populate(struct faultd_region *r, size_t off, size_t len)
+{
+	char *at = (char *)r->base + off;
+	int ret;
+
+	if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_FIXED | mmap_flags(r),
+		 r->memfd, r->memfd >= 0 ? (off_t)off : 0) == MAP_FAILED) {
+		ret = -errno;
+		if (ret == -ENOMEM && r->page_size > (size_t)r->ctx->page_size)
+			huge_log_enomem(r, len);
+		goto err;
+	}
+	/* A forked child must not see unfilled pages as zeros: keep it out. */
+	madvise(at, len, MADV_DONTFORK);
+	if (r->flags & FAULTD_REGION_THP)
+		madvise(at, len, MADV_HUGEPAGE);
+	ret = uffd_register(r->group->uffd, (uintptr_t)at, len,
+			    register_mode(r), NULL);
+	if (ret < 0)
+		goto err;
+	return 0;
+err:
+	unpopulate(r, off, len);
+	return ret;
+}
+
+/* mem_map() - reserve, back and register the region at @addr (or anywhere). */
+int mem_map(struct faultd_region *r, void *addr)
+{
+	size_t len = atomic_load(&r->len);
+	int ret;
+
+	ret = reserve_va(addr, r->max_len, r->page_size, &r->base);
+	if (ret < 0)
+		return ret;
+	if (r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) {
+		ret = memfd_open(r, len);
+		if (ret < 0)
+			goto err_unreserve;
+	}
+	if (r->kind == REGION_MEMFD_HUGETLB) {
+		ret = huge_alias_map(r);
+		if (ret < 0)
+			goto err_memfd;
+	}
+	ret = populate(r, 0, len);
+	if (ret < 0)
+		goto err_alias;
+	return 0;
+
+err_alias:
+	huge_alias_unmap(r);
+err_memfd:
+	if (r->memfd >= 0)
+		close(r->memfd);
+	r->memfd = -1;
+err_unreserve:
+	munmap((void *)r->base, r->max_len);
+	return ret;
+}
+
+void mem_unmap(struct faultd_region *r)
+{
+	munmap((void *)r->base, r->max_len);
+	huge_alias_unmap(r);
+	if (r->memfd >= 0)
+		close(r->memfd);
+	r->memfd = -1;
+}
+
+/* Extend the reservation in place to @len bytes, or -ENOMEM. */
+static int reserve_more(struct faultd_region *r, size_t len)
+{
+	uintptr_t at;
+	int ret;
+
+	ret = reserve_va((char *)r->base + r->max_len, len - r->max_len,
+			 r->page_size, &at);
+	if (ret < 0)
+		return ret == -EEXIST ? -ENOMEM : ret;
+	if (r->alias) {
+		ret = huge_alias_grow(r, len);
+		if (ret < 0) {
+			munmap((void *)at, len - r->max_len);
+			return ret;
+		}
+	}
+	r->max_len = len;
+	return 0;
+}
+
+/* mem_grow() - map and register [old_len, len). */
+int mem_grow(struct faultd_region *r, size_t old_len, size_t len)
+{
+	int ret;
+
+	if (len > r->max_len) {
+		ret = reserve_more(r, len);
+		if (ret < 0)
+			return ret;
+	}
+	if (r->memfd >= 0 && ftruncate(r->memfd, (off_t)len) < 0)
+		return -errno;
+	ret = populate(r, old_len, len - old_len);
+	if (ret < 0 && r->memfd >= 0)
+		(void)!ftruncate(r->memfd, (off_t)old_len);
+	return ret;
+}
+
+/* mem_shrink() - give [len, old_len) back: memory freed, range reserved. */
+void mem_shrink(struct faultd_region *r, size_t old_len, size_t len)
+{
+	unpopulate(r, len, old_len - len);
+	if (r->memfd >= 0)
+		(void)!ftruncate(r->memfd, (off_t)len);
+	if (r->states)
+		huge_forget(r, len, old_len - len);
+}
+
+/*
+ * mem_discard() - drop [off, off + len) so that the next access faults.
+ * Private memory is zapped (its pages freed). shmem pages are punched out of
+ * the file, since zapping the mapping alone would leave them in the page
+ * cache. memfd-hugetlb pages are zapped but stay in the page cache, marked
+ * stale: the next fault clears or refills them in place.
+ */
+int mem_discard(struct faultd_region *r, uint64_t off, size_t len)
+{
+	char *p = (char *)r->base + off;
+	int ret;
+
+	switch (r->kind) {
+	case REGION_MEMFD:
+		ret = fallocate(r->memfd,
+				FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)off, (off_t)len);
+		break;
+	case REGION_MEMFD_HUGETLB:
+		ret = madvise(p, len, MADV_DONTNEED);
+		if (!ret)
+			huge_mark_stale(r, off, len);
+		break;
+	default:
+		ret = madvise(p, len, MADV_DONTNEED);
+	}
+	return ret < 0 ? -errno : 0;
+}
