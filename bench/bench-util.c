@@ -61,6 +61,54 @@ void sample_ctx_stats(struct faultd_ctx *ctx, struct sample *out)
 		out->has_stats = true;
 }
 
+#define POOL "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+
+static unsigned long pool_read(const char *what)
+{
+	unsigned long v = 0;
+	FILE *f = fopen(what, "r");
+
+	if (f && fscanf(f, "%lu", &v) != 1)
+		v = 0;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static bool pool_set(unsigned long n)
+{
+	FILE *f = fopen(POOL "nr_hugepages", "w");
+
+	if (!f)
+		return false;
+	fprintf(f, "%lu\n", n);
+	return fclose(f) == 0;
+}
+
+static unsigned long pool_before;
+static bool pool_changed;
+
+static void pool_restore(void)
+{
+	if (pool_changed)
+		pool_set(pool_before);
+}
+
+int bench_hugepages(unsigned long n)
+{
+	unsigned long free_pages = pool_read(POOL "free_hugepages");
+
+	if (free_pages >= n)
+		return 0;
+	if (!pool_changed) {
+		pool_before = pool_read(POOL "nr_hugepages");
+		atexit(pool_restore);
+		pool_changed = true;
+	}
+	pool_set(pool_read(POOL "nr_hugepages") + n - free_pages);
+	return pool_read(POOL "free_hugepages") >= n ? 0 : -ENOMEM;
+}
+
 struct faultd_ctx *bench_ctx(unsigned int lock_mode, unsigned int handlers)
 {
 	struct faultd_ctx_opts o = {

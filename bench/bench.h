@@ -98,6 +98,12 @@ void lat_percentiles(const struct lat_hist *h, unsigned int n,
 /* Counters of @ctx accumulated into @out (faultd variants). */
 void sample_ctx_stats(struct faultd_ctx *ctx, struct sample *out);
 
+/*
+ * Make @n 2 MiB huge pages free for the rest of the run (given back at
+ * exit). Returns 0 or -errno.
+ */
+int bench_hugepages(unsigned long n);
+
 /* A context for a variant: lock mode and handler threads per region. */
 struct faultd_ctx *bench_ctx(unsigned int lock_mode, unsigned int handlers);
 
