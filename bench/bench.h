@@ -69,6 +69,7 @@ extern const struct scenario scenario_pf1;
 extern const struct scenario scenario_lock;
 extern const struct scenario scenario_pager;
 extern const struct scenario scenario_clear;
+extern const struct scenario scenario_brk;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

@@ -29,6 +29,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_lock,
 	&scenario_pager,
 	&scenario_clear,
+	&scenario_brk,
 };
 
 #define MAX_ROUNDS 64
@@ -71,7 +72,7 @@ static void print_metric(const struct scenario *sc, const struct bench_opts *o,
 		       sc->name, sc->variants[v], sc->metrics[m], med, lo, hi,
 		       n);
 	else
-		printf("  %-22s %-14s %14.6g  (min %.6g, max %.6g)\n",
+		printf("  %-20s %-22s %12.6g  (min %.6g, max %.6g)\n",
 		       sc->variants[v], sc->metrics[m], med, lo, hi);
 }
 

@@ -4,8 +4,9 @@
  *
  * N threads fault in their own regions (fresh pages each pass, as pf1)
  * while one more thread changes the map as fast as it can: it creates a
- * region, touches a page, grows it, shrinks it and destroys it. Every map
- * change holds the context lock for writing. With per-region locking the
+ * region, touches a page, grows it, shrinks it and destroys it, and grows
+ * and shrinks a heap. Every map change holds the context lock for
+ * writing; the heap's growth is expand-only and takes no lock at all. With per-region locking the
  * faulting threads never take that lock; in FAULTD_LOCK_GLOBAL mode every
  * fault takes it for reading and waits behind the writer - the mmap_lock
  * contention the kernel's per-VMA locks removed.
@@ -59,20 +60,30 @@ static void churn_loop(struct lock_thread *t)
 	struct faultd_region_opts o = { .size = sizeof(o),
 					.length = 1 << 20,
 					.max_length = 4 << 20 };
+	struct faultd_heap_opts ho = { .size = sizeof(ho),
+				       .max_size = 16 << 20 };
+	struct faultd_heap *h;
+	void *prev;
 
+	t->err = faultd_heap_create(t->ctx, &ho, &h);
 	while (!t->err && bench_now() < t->deadline) {
 		struct faultd_region *r;
 
 		t->err = faultd_region_create(t->ctx, &o, &r);
 		if (t->err)
-			return;
+			break;
 		((volatile char *)faultd_region_base(r))[0] = 1;
 		t->err = faultd_region_resize(r, 4 << 20);
 		if (!t->err)
 			t->err = faultd_region_resize(r, 2 << 20);
 		faultd_region_destroy(r);
-		t->ops += 4;
+		if (!t->err)
+			t->err = faultd_heap_sbrk(h, 1 << 20, &prev);
+		if (!t->err)
+			t->err = faultd_heap_sbrk(h, -(1 << 20), &prev);
+		t->ops += 6;
 	}
+	faultd_heap_destroy(h);
 }
 
 static void *lock_thread_main(void *arg)

@@ -39,10 +39,10 @@ struct fault {
 #define FAULT_LOCKED (1u << 0) /* the context lock is held for reading */
 
 /*
- * fault_commit() - the fault is about to be resolved as @kind. Count it
- * now, before the ioctl that wakes the faulting thread, so that a thread
- * that sees its page also sees the fault counted. A parked fault that is
- * retried is counted once.
+ * fault_commit() - the fault is about to be resolved as @kind (ST_NR: a
+ * poison, counted by fault_poison()). Count it now, before the ioctl that
+ * wakes the faulting thread, so that a thread that sees its page also sees
+ * the fault counted. A parked fault that is retried is counted once.
  */
 static void fault_commit(struct fault *f, enum stat_item kind)
 {
@@ -51,7 +51,8 @@ static void fault_commit(struct fault *f, enum stat_item kind)
 	f->req->counted = true;
 	stat_inc(f->st, ST_FAULTS);
 	stat_inc(f->st, (f->flags & FAULT_LOCKED) ? ST_LOCKED : ST_FAST);
-	stat_inc(f->st, kind);
+	if (kind != ST_NR)
+		stat_inc(f->st, kind);
 }
 
 static void fault_setup(struct fault *f, uintptr_t addr)
@@ -206,7 +207,7 @@ static int do_pager_fault(struct fault *f)
 	if (ret)
 		return ret;
 	n = pager_fill(f, buf);
-	fault_commit(f, ST_PAGER_FILLS);
+	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
 		return fault_poison(f, (int)n);
@@ -252,7 +253,7 @@ static int huge_prepare(struct fault *f, bool stale)
 		return 0;
 	}
 	n = pager_fill(f, p);
-	fault_commit(f, ST_PAGER_FILLS);
+	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
 		return (int)n;
@@ -290,9 +291,30 @@ static int do_shared_huge_fault(struct fault *f)
 	return fault_continue(f);
 }
 
+/*
+ * do_heap_fault() - a missing page of a heap: zeros below the break; above
+ * it the access is the application's error and gets SIGBUS, never zeros.
+ */
+static int do_heap_fault(struct fault *f)
+{
+	struct faultd_heap *h = f->r->heap;
+	int ret;
+
+	if (heap_fault_below_break(h, f->addr))
+		return do_zero_fault(f);
+	if (!heap_note_poison(h, f->addr)) /* the break just moved over it */
+		return do_heap_fault(f);
+	fault_commit(f, ST_NR);
+	ret = fault_poison(f, -EFAULT);
+	heap_poisoned(h, f->addr);
+	return ret;
+}
+
 /* handle_region_fault() - resolve a fault in a region the caller holds. */
 static int handle_region_fault(struct fault *f)
 {
+	if (f->r->heap)
+		return do_heap_fault(f);
 	if (f->r->kind == REGION_MEMFD_HUGETLB)
 		return do_shared_huge_fault(f);
 	return do_missing_fault(f);

@@ -257,6 +257,7 @@ struct faultd_region {
 	size_t nr_states;
 	bool has_pager;
 	struct faultd_pager pager;
+	struct faultd_heap *heap; /* a heap's region: see heap.c */
 
 	/* One per handler thread of the group, indexed by handler slot. */
 	unsigned int nr_stats;
@@ -302,6 +303,14 @@ int huge_claim(struct huge_state *s, bool minor, bool *was_stale);
 void huge_release(struct huge_state *s, int32_t state);
 void huge_mark_stale(struct faultd_region *r, uint64_t off, size_t len);
 void huge_forget(struct faultd_region *r, uint64_t off, size_t len);
+
+/* ------------------------------------------------------------------------
+ * heap.c - brk-like heaps: what the fault path asks of them.
+ */
+
+bool heap_fault_below_break(struct faultd_heap *h, uintptr_t addr);
+bool heap_note_poison(struct faultd_heap *h, uintptr_t addr);
+void heap_poisoned(struct faultd_heap *h, uintptr_t addr);
 
 /* ------------------------------------------------------------------------
  * handler.c - handler groups and their threads: batched reads, events

@@ -399,6 +399,81 @@ int faultd_ctx_stats(const struct faultd_ctx *ctx, struct faultd_stats *stats);
 uint64_t faultd_stats_latency(const struct faultd_stats *stats, double pct);
 
 /* ------------------------------------------------------------------------
+ * Heaps: brk-like, growing in place
+ */
+
+struct faultd_heap;
+
+struct faultd_heap_opts {
+	size_t size;		/* sizeof(struct faultd_heap_opts) */
+	size_t max_size;	/* the reservation; a multiple of the page size */
+	/*
+	 * Shrinking keeps the pages it frees until the present memory above
+	 * the break exceeds this many bytes, then gives it all back
+	 * (MADV_DONTNEED). 0: 128 KiB (glibc's M_TRIM_THRESHOLD); SIZE_MAX:
+	 * never.
+	 */
+	size_t trim_threshold;
+	const char *name;	/* for logs; may be NULL */
+};
+
+/*
+ * faultd_heap_create() - reserve @opts->max_size bytes as a region of its
+ * own, with the break at its base. Memory below the break reads as zeros
+ * on first touch; memory above it gets SIGBUS when touched (except pages a
+ * shrink kept, see trim_threshold, which are still mapped).
+ * Returns 0, or -EINVAL (NULL argument, max_size 0 or unaligned), or the
+ * errors of faultd_region_create().
+ * Context: as faultd_region_create().
+ */
+int faultd_heap_create(struct faultd_ctx *ctx,
+		       const struct faultd_heap_opts *opts,
+		       struct faultd_heap **heapp);
+
+/* faultd_heap_destroy() - unmap the heap and free it. Accepts NULL. */
+void faultd_heap_destroy(struct faultd_heap *heap);
+
+/*
+ * faultd_heap_sbrk() - move the break by @increment bytes (any sign, any
+ * alignment; 0 reads it) and return the previous break in *prev, like
+ * sbrk(2). Growth never makes a system call (but when it re-exposes pages
+ * that were poisoned by accesses above the break), never changes the
+ * region map, and clears memory it re-exposes that a shrink had kept, so
+ * it never shows old data.
+ * Returns 0, or -ENOMEM (past the reservation: the break is unchanged),
+ * -EINVAL (below the base, or NULL arguments: unchanged). Unlike brk(2),
+ * where the kernel ignores a break below the start and reports success,
+ * that is an error here.
+ * Context: any thread, concurrently with every heap call but destroy.
+ */
+int faultd_heap_sbrk(struct faultd_heap *heap, intptr_t increment,
+		     void **prev);
+
+/*
+ * faultd_heap_brk() - set the break to @addr, like brk(2).
+ * Returns 0, -ENOMEM (past the reservation), -EINVAL (below the base); on
+ * error the break is unchanged. Context: as faultd_heap_sbrk().
+ */
+int faultd_heap_brk(struct faultd_heap *heap, void *addr);
+
+/* faultd_heap_base() - the start of the heap (its initial break). */
+void *faultd_heap_base(const struct faultd_heap *heap);
+
+struct faultd_heap_stats {
+	size_t size;		/* sizeof(struct faultd_heap_stats) */
+	uint64_t growths;	/* calls that moved the break up */
+	uint64_t shrinks;	/* calls that moved it down */
+	uint64_t trims;		/* shrinks that gave memory back */
+	uint64_t bytes_returned;/* given back by trims */
+	uint64_t bytes_cleared;	/* kept memory cleared when re-exposed */
+	uint64_t faults;	/* faults served in the heap */
+	uint64_t poisoned;	/* accesses above the break (SIGBUS) */
+};
+
+int faultd_heap_stats(const struct faultd_heap *heap,
+		      struct faultd_heap_stats *stats);
+
+/* ------------------------------------------------------------------------
  * Range clears
  */
 
