@@ -234,14 +234,14 @@ static int fault_continue(struct fault *f)
 }
 
 /*
- * huge_prepare() - put the content of a claimed page into the page cache
+ * base_prepare() - put the content of a claimed page into the page cache
  * through the alias: a missing page is allocated (the kernel clears it) by
  * touching it, a stale one is cleared, a pager fills either in place.
  * Returns 0 or the pager's -errno.
  */
-static int huge_prepare(struct fault *f, bool stale)
+static int base_prepare(struct fault *f, bool stale)
 {
-	char *p = f->r->alias + f->off;
+	char *p = f->r->cache->alias + f->off;
 	ssize_t n;
 
 	if (!f->r->has_pager) {
@@ -264,13 +264,13 @@ static int huge_prepare(struct fault *f, bool stale)
 }
 
 /*
- * do_shared_huge_fault() - a missing or minor fault in a memfd-hugetlb
- * region. The handler that claims the page prepares it in the page cache;
+ * do_base_fault() - a missing or minor fault in a region with a page-cache
+ * base. The handler that claims the page prepares it in the page cache;
  * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
  */
-static int do_shared_huge_fault(struct fault *f)
+static int do_base_fault(struct fault *f)
 {
-	struct huge_state *s = huge_state_of(f->r, f->off);
+	struct page_state *s = base_state(f->r->cache, f->off);
 	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR;
 	bool stale = false;
 	int ret;
@@ -280,12 +280,12 @@ static int do_shared_huge_fault(struct fault *f)
 		if (ret)
 			return ret;
 	}
-	if (huge_claim(s, minor, &stale) == HUGE_CLAIM_MAPPED) {
+	if (base_claim(s, minor, &stale) == BASE_CLAIM_MAPPED) {
 		fault_commit(f, ST_MAPPED);
 		return fault_continue(f);
 	}
-	ret = huge_prepare(f, stale);
-	huge_release(s, ret ? HUGE_STALE : HUGE_READY);
+	ret = base_prepare(f, stale);
+	base_release(s, ret ? PAGE_STALE : PAGE_READY);
 	if (ret)
 		return fault_poison(f, ret);
 	return fault_continue(f);
@@ -315,8 +315,8 @@ static int handle_region_fault(struct fault *f)
 {
 	if (f->r->heap)
 		return do_heap_fault(f);
-	if (f->r->kind == REGION_MEMFD_HUGETLB)
-		return do_shared_huge_fault(f);
+	if (f->r->cache)
+		return do_base_fault(f);
 	return do_missing_fault(f);
 }
 

@@ -217,19 +217,32 @@ enum region_kind {
 	REGION_ANON,		/* private anonymous, 4 KiB (THP optional) */
 	REGION_MEMFD,		/* shmem behind a memfd, 4 KiB */
 	REGION_HUGETLB,		/* private anonymous hugetlb: UFFDIO_COPY */
-	REGION_MEMFD_HUGETLB,	/* hugetlb memfd: alias + UFFDIO_CONTINUE */
+	REGION_MEMFD_HUGETLB,	/* hugetlb memfd: base + UFFDIO_CONTINUE */
+	REGION_MEMFD_PRIVATE,	/* private view of a frozen base (clones) */
 };
 
-/* The state of one huge page of a memfd-hugetlb region (see huge.c). */
-struct huge_state {
+/* The state of one page of a page-cache base (see base.c). */
+struct page_state {
 	int32_t state;
 };
 
-#define HUGE_NONE 0	 /* not in the page cache (as far as we know) */
-#define HUGE_BUSY 1	 /* a handler prepares it */
-#define HUGE_READY 2	 /* its content is in the page cache */
-#define HUGE_STALE 3	 /* in the page cache, but discarded: prepare again */
-#define HUGE_WAITERS 0x100 /* with BUSY: someone waits for it */
+#define PAGE_NONE 0	 /* not in the page cache (as far as we know) */
+#define PAGE_BUSY 1	 /* a handler prepares it */
+#define PAGE_READY 2	 /* its content is in the page cache */
+#define PAGE_STALE 3	 /* in the page cache, but discarded: prepare again */
+#define PAGE_WAITERS 0x100 /* with BUSY: someone waits for it */
+
+struct region_base {
+	int memfd;
+	char *alias;		/* the library's MAP_SHARED view of memfd */
+	size_t alias_len;
+	size_t page_size;
+	struct page_state *states;
+	size_t nr_states;
+	bool has_pager;		/* owned: release() when the last ref goes */
+	struct faultd_pager pager;
+	atomic_int refs;
+};
 
 struct faultd_region {
 	struct faultd_ctx *ctx;
@@ -250,11 +263,8 @@ struct faultd_region {
 	uint64_t flags;
 	size_t page_size;
 	int memfd;
-	/* memfd-hugetlb: the library's own view of the memfd, page states */
-	char *alias;
-	size_t alias_len;	/* when grown past max_len at creation */
-	struct huge_state *states;
-	size_t nr_states;
+	/* memfd-hugetlb and frozen memfd views: the page-cache base */
+	struct region_base *cache;
 	bool has_pager;
 	struct faultd_pager pager;
 	struct faultd_heap *heap; /* a heap's region: see heap.c */
@@ -285,24 +295,30 @@ int mem_discard(struct faultd_region *r, uint64_t off, size_t len);
 void region_read_unlock(struct faultd_region *r);
 
 /* ------------------------------------------------------------------------
- * huge.c - huge-page regions: sizes, reservation errors, alias, states.
+ * huge.c - huge-page regions: sizes, flags, reservation errors.
  */
-
-#define HUGE_CLAIM_MAPPED 0  /* the page is ready: map it */
-#define HUGE_CLAIM_PREPARE 1 /* the caller prepares it, then releases */
 
 long huge_page_size(size_t want);
 int huge_mmap_flags(size_t ps);
 unsigned int huge_memfd_flags(size_t ps);
 void huge_log_enomem(const struct faultd_region *r, size_t len);
-int huge_alias_map(struct faultd_region *r);
-void huge_alias_unmap(struct faultd_region *r);
-int huge_alias_grow(struct faultd_region *r, size_t max_len);
-struct huge_state *huge_state_of(struct faultd_region *r, uint64_t off);
-int huge_claim(struct huge_state *s, bool minor, bool *was_stale);
-void huge_release(struct huge_state *s, int32_t state);
-void huge_mark_stale(struct faultd_region *r, uint64_t off, size_t len);
-void huge_forget(struct faultd_region *r, uint64_t off, size_t len);
+
+/* ------------------------------------------------------------------------
+ * base.c - page-cache bases shared by memfd-hugetlb and frozen regions.
+ */
+
+#define BASE_CLAIM_MAPPED 0  /* the page is ready: map it */
+#define BASE_CLAIM_PREPARE 1 /* the caller prepares it, then releases */
+
+int base_create(struct faultd_region *r);
+struct region_base *base_get(struct region_base *b);
+void base_put(struct region_base *b);
+int base_grow(struct region_base *b, size_t len);
+struct page_state *base_state(struct region_base *b, uint64_t off);
+int base_claim(struct page_state *s, bool minor, bool *was_stale);
+void base_release(struct page_state *s, int32_t state);
+void base_mark_stale(struct region_base *b, uint64_t off, size_t len);
+void base_forget(struct region_base *b, uint64_t off, size_t len);
 
 /* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.

@@ -138,17 +138,23 @@ int mem_map(struct faultd_region *r, void *addr)
 			goto err_unreserve;
 	}
 	if (r->kind == REGION_MEMFD_HUGETLB) {
-		ret = huge_alias_map(r);
+		ret = base_create(r);
 		if (ret < 0)
 			goto err_memfd;
 	}
 	ret = populate(r, 0, len);
 	if (ret < 0)
-		goto err_alias;
+		goto err_base;
 	return 0;
 
-err_alias:
-	huge_alias_unmap(r);
+err_base:
+	if (r->cache) { /* the base owns the memfd and the pager now */
+		r->pager.release = r->cache->pager.release;
+		r->cache->pager.release = NULL;
+		r->memfd = dup(r->memfd);
+		base_put(r->cache);
+		r->cache = NULL;
+	}
 err_memfd:
 	if (r->memfd >= 0)
 		close(r->memfd);
@@ -161,10 +167,11 @@ err_unreserve:
 void mem_unmap(struct faultd_region *r)
 {
 	munmap((void *)r->base, r->max_len);
-	huge_alias_unmap(r);
-	if (r->memfd >= 0)
+	if (r->memfd >= 0 && !(r->cache && r->cache->memfd == r->memfd))
 		close(r->memfd);
 	r->memfd = -1;
+	base_put(r->cache);
+	r->cache = NULL;
 }
 
 /* Extend the reservation in place to @len bytes, or -ENOMEM. */
@@ -177,8 +184,8 @@ static int reserve_more(struct faultd_region *r, size_t len)
 			 r->page_size, &at);
 	if (ret < 0)
 		return ret == -EEXIST ? -ENOMEM : ret;
-	if (r->alias) {
-		ret = huge_alias_grow(r, len);
+	if (r->cache) {
+		ret = base_grow(r->cache, len);
 		if (ret < 0) {
 			munmap((void *)at, len - r->max_len);
 			return ret;
@@ -212,8 +219,8 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len)
 	unpopulate(r, len, old_len - len);
 	if (r->memfd >= 0)
 		(void)!ftruncate(r->memfd, (off_t)len);
-	if (r->states)
-		huge_forget(r, len, old_len - len);
+	if (r->cache)
+		base_forget(r->cache, len, old_len - len);
 }
 
 /*
@@ -237,7 +244,7 @@ int mem_discard(struct faultd_region *r, uint64_t off, size_t len)
 	case REGION_MEMFD_HUGETLB:
 		ret = madvise(p, len, MADV_DONTNEED);
 		if (!ret)
-			huge_mark_stale(r, off, len);
+			base_mark_stale(r->cache, off, len);
 		break;
 	default:
 		ret = madvise(p, len, MADV_DONTNEED);
