@@ -10,6 +10,7 @@
  * from inside the lock does not take it twice.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,7 @@ FAULTD_EXPORT int faultd_ctx_create(const struct faultd_ctx_opts *opts,
 		goto err_lock;
 	pthread_mutex_init(&ctx->pager_lock, NULL);
 	pthread_mutex_init(&ctx->stats_lock, NULL);
+	ctx->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	*ctxp = ctx;
 	return 0;
 
@@ -207,6 +209,8 @@ FAULTD_EXPORT void faultd_ctx_destroy(struct faultd_ctx *ctx)
 	while (ctx->groups)
 		faultd_group_destroy(ctx->groups);
 	map_destroy(ctx);
+	if (ctx->pagemap_fd >= 0)
+		close(ctx->pagemap_fd);
 	pthread_mutex_destroy(&ctx->stats_lock);
 	pthread_mutex_destroy(&ctx->pager_lock);
 	pthread_rwlock_destroy(&ctx->map_lock);

@@ -36,7 +36,10 @@ struct fault {
 	struct stat_block *st;	/* this thread's counters for the region */
 };
 
-#define FAULT_LOCKED (1u << 0) /* the context lock is held for reading */
+#define FAULT_LOCKED (1u << 0)  /* the context lock is held for reading */
+#define FAULT_WRITE (1u << 1)	/* a write to a missing page */
+#define FAULT_WP (1u << 2)	/* install the page write-protected */
+#define FAULT_DIRTIES (1u << 3) /* install writable: it is dirty now */
 
 /*
  * fault_commit() - the fault is about to be resolved as @kind (ST_NR: a
@@ -55,6 +58,13 @@ static void fault_commit(struct fault *f, enum stat_item kind)
 		stat_inc(f->st, kind);
 }
 
+/*
+ * How a fill installs the page in a region that tracks writes: async
+ * tracking always protects (the kernel marks the first write); sync
+ * tracking protects a page filled for a read, and installs a page filled
+ * for a write writable and dirty at once, saving a second fault. A
+ * page-cache base maps pages read-only anyway, so it always protects.
+ */
 static void fault_setup(struct fault *f, uintptr_t addr)
 {
 	struct faultd_region *r = f->r;
@@ -63,6 +73,14 @@ static void fault_setup(struct fault *f, uintptr_t addr)
 	f->off = f->addr - r->base;
 	f->len = r->page_size;
 	f->st = &r->stats[f->h->slot];
+	f->flags &= FAULT_LOCKED;
+	if (f->msg_flags & UFFD_PAGEFAULT_FLAG_WRITE)
+		f->flags |= FAULT_WRITE;
+	if (r->wp_mode == WP_ASYNC ||
+	    (r->wp_mode == WP_SYNC && (r->cache || !(f->flags & FAULT_WRITE))))
+		f->flags |= FAULT_WP;
+	else if (r->wp_mode == WP_SYNC)
+		f->flags |= FAULT_DIRTIES;
 }
 
 static int fault_uffd(const struct fault *f)
@@ -129,11 +147,34 @@ static int fault_poison(struct fault *f, int err)
 	return poison_by_mprotect(f);
 }
 
+/*
+ * fault_before_write() - a write is about to land on a clean page whose
+ * content is @old: the region's write hook sees it first.
+ */
+static void fault_before_write(struct fault *f, const void *old)
+{
+	struct faultd_region *r = f->r;
+
+	if (r->write_hook)
+		r->write_hook(r->hook_arg, r, f->off, old);
+}
+
 /* Resolve with @len bytes copied from @src; poison if the copy fails. */
 static int fault_copy(struct fault *f, const void *src)
 {
-	ssize_t ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, 0);
+	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
+	ssize_t ret;
 
+	if (f->flags & FAULT_DIRTIES) {
+		/* Marked and installed under dirty_lock: see dirty.c. */
+		fault_before_write(f, src);
+		pthread_rwlock_rdlock(&f->r->dirty_lock);
+		dirty_mark(f->r, f->off, f->len);
+		ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, mode);
+		pthread_rwlock_unlock(&f->r->dirty_lock);
+	} else {
+		ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, mode);
+	}
 	ret = fault_finish(f, ret);
 	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
 }
@@ -144,16 +185,16 @@ static int fault_copy(struct fault *f, const void *src)
  * for a read of anonymous memory. A write to anonymous memory gets a copy
  * of zeros instead, so that the write does not fault a second time to
  * replace the zero page. shmem has no zero page: ZEROPAGE allocates.
- * hugetlb has no UFFDIO_ZEROPAGE: copy from the context's zeros.
+ * hugetlb has no UFFDIO_ZEROPAGE, and it has no write-protect mode:
+ * copy from the context's zeros.
  */
 static int do_zero_fault(struct fault *f)
 {
 	ssize_t ret;
 
 	fault_commit(f, ST_ZERO_FILLS);
-	if (f->r->kind == REGION_HUGETLB ||
-	    ((f->msg_flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
-	     f->r->kind == REGION_ANON))
+	if (f->r->kind == REGION_HUGETLB || f->r->wp_mode != WP_NONE ||
+	    ((f->flags & FAULT_WRITE) && f->r->kind == REGION_ANON))
 		return fault_copy(f, f->r->ctx->zero_page);
 	ret = uffd_zeropage(fault_uffd(f), f->addr, f->len, 0);
 	ret = fault_finish(f, ret);
@@ -227,7 +268,8 @@ static int do_missing_fault(struct fault *f)
 /* Map the page the page cache holds; poison if that fails. */
 static int fault_continue(struct fault *f)
 {
-	ssize_t ret = uffd_continue(fault_uffd(f), f->addr, f->len, 0);
+	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_CONTINUE_MODE_WP : 0;
+	ssize_t ret = uffd_continue(fault_uffd(f), f->addr, f->len, mode);
 
 	ret = fault_finish(f, ret);
 	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
@@ -310,9 +352,47 @@ static int do_heap_fault(struct fault *f)
 	return ret;
 }
 
+/*
+ * fault_unprotect() - let the write go on: record the page as dirty and
+ * remove its protection, which wakes the writer. Both under dirty_lock
+ * for reading, so that no collection sits between them (dirty.c).
+ */
+static int fault_unprotect(struct fault *f)
+{
+	struct faultd_region *r = f->r;
+	int ret;
+
+	pthread_rwlock_rdlock(&r->dirty_lock);
+	if (r->wp_mode == WP_SYNC)
+		dirty_mark(r, f->off, f->len);
+	ret = uffd_writeprotect(fault_uffd(f), f->addr, f->len, false);
+	pthread_rwlock_unlock(&r->dirty_lock);
+	ret = fault_finish(f, ret);
+	if (ret >= 0)
+		return ret;
+	/* The writer must not sleep forever: it faults again and retries. */
+	fd_err(r->ctx, "%s: cannot unprotect offset %#llx: %s", r->name,
+	       (unsigned long long)f->off, strerror(-ret));
+	uffd_wake(fault_uffd(f), f->addr, f->len);
+	return 0;
+}
+
+/*
+ * do_wp_fault() - the first write to a write-protected page. The page is
+ * present and read-only: the write hook sees its old content in place.
+ */
+static int do_wp_fault(struct fault *f)
+{
+	fault_commit(f, ST_WP);
+	fault_before_write(f, (const void *)f->addr);
+	return fault_unprotect(f);
+}
+
 /* handle_region_fault() - resolve a fault in a region the caller holds. */
 static int handle_region_fault(struct fault *f)
 {
+	if (f->msg_flags & UFFD_PAGEFAULT_FLAG_WP)
+		return do_wp_fault(f);
 	if (f->r->heap)
 		return do_heap_fault(f);
 	if (f->r->cache)

@@ -224,7 +224,8 @@ static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
  * On failure everything started is stopped and freed.
  */
 int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
-		 bool implicit, size_t staging_len, struct faultd_group **gp)
+		 bool implicit, size_t staging_len, uint64_t features,
+		 struct faultd_group **gp)
 {
 	struct faultd_group *g;
 	int ret;
@@ -235,6 +236,7 @@ int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
 	if (!g)
 		return -ENOMEM;
 	g->implicit = implicit;
+	g->features = features;
 	g->staging_len = staging_len > GROUP_STAGING ? staging_len
 						     : GROUP_STAGING;
 	g->uffd = uffd_open(g->features, true);
@@ -312,7 +314,7 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 	if (in_handler_of(ctx))
 		return -EDEADLK;
 	ret = group_create(ctx, o.threads ? o.threads : ctx->handler_threads,
-			   false, o.max_page_size, &g);
+			   false, o.max_page_size, GROUP_FEATURES, &g);
 	if (ret < 0)
 		return ret;
 	map_write_lock(ctx);

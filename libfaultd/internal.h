@@ -68,6 +68,7 @@ ssize_t uffd_copy(int fd, uintptr_t dst, const void *src, size_t len,
 ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode);
 ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode);
 int uffd_wake(int fd, uintptr_t start, size_t len);
+int uffd_writeprotect(int fd, uintptr_t start, size_t len, bool wp);
 int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode);
 enum uffd_outcome uffd_classify(ssize_t ret);
 
@@ -81,6 +82,7 @@ enum stat_item {
 	ST_ZERO_FILLS,
 	ST_PAGER_FILLS,
 	ST_MAPPED,
+	ST_WP,
 	ST_FAST,
 	ST_RETRY,
 	ST_ABORT,
@@ -166,6 +168,7 @@ struct faultd_ctx {
 
 	/* A page of zeros, never written: the source of zero-fill copies. */
 	void *zero_page;
+	int pagemap_fd;	/* /proc/self/pagemap, for PAGEMAP_SCAN */
 };
 
 void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
@@ -212,6 +215,12 @@ void map_destroy(struct faultd_ctx *ctx);
 /* ------------------------------------------------------------------------
  * region.c - regions: reserve, register, destroy, resize; the region lock.
  */
+
+enum wp_mode {
+	WP_NONE,
+	WP_SYNC,	/* write-protect faults reach a handler */
+	WP_ASYNC,	/* the kernel resolves them; PAGEMAP_SCAN collects */
+};
 
 enum region_kind {
 	REGION_ANON,		/* private anonymous, 4 KiB (THP optional) */
@@ -269,6 +278,14 @@ struct faultd_region {
 	struct faultd_pager pager;
 	struct faultd_heap *heap; /* a heap's region: see heap.c */
 
+	/* Write-protection and dirty tracking (dirty.c) */
+	enum wp_mode wp_mode;
+	faultd_write_hook write_hook;
+	void *hook_arg;
+	pthread_rwlock_t dirty_lock; /* read: set+unprotect; write: collect */
+	_Atomic uint64_t *dirty;     /* sync mode: a bit per page */
+	size_t dirty_words;
+
 	/* One per handler thread of the group, indexed by handler slot. */
 	unsigned int nr_stats;
 	struct stat_block *stats;
@@ -321,6 +338,13 @@ void base_mark_stale(struct region_base *b, uint64_t off, size_t len);
 void base_forget(struct region_base *b, uint64_t off, size_t len);
 
 /* ------------------------------------------------------------------------
+ * dirty.c - write-protection and dirty tracking.
+ */
+
+void dirty_mark(struct faultd_region *r, uint64_t off, size_t len);
+int dirty_alloc(struct faultd_region *r, size_t len);
+
+/* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.
  */
 
@@ -334,6 +358,13 @@ void heap_poisoned(struct faultd_heap *h, uintptr_t addr);
  */
 
 #define HANDLER_BATCH 64
+
+/*
+ * Every group's userfaultfd reports mremap (EVENT_REMAP): without it the
+ * kernel drops the registration of a range that moves, and freezing a
+ * memfd region for a clone moves a new view into place (clone.c).
+ */
+#define GROUP_FEATURES ((uint64_t)UFFD_FEATURE_EVENT_REMAP)
 
 struct handler;
 
@@ -353,7 +384,8 @@ struct faultd_group {
 };
 
 int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
-		 bool implicit, size_t staging_len, struct faultd_group **gp);
+		 bool implicit, size_t staging_len, uint64_t features,
+		 struct faultd_group **gp);
 void group_stop(struct faultd_group *g);
 void group_free(struct faultd_group *g);
 bool in_handler_of(const struct faultd_ctx *ctx);

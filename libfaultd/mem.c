@@ -84,9 +84,13 @@ static int mmap_flags(const struct faultd_region *r)
 
 static uint64_t register_mode(const struct faultd_region *r)
 {
-	if (r->kind == REGION_MEMFD_HUGETLB)
-		return UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_MINOR;
-	return UFFDIO_REGISTER_MODE_MISSING;
+	uint64_t mode = UFFDIO_REGISTER_MODE_MISSING;
+
+	if (r->kind == REGION_MEMFD_HUGETLB || r->kind == REGION_MEMFD_PRIVATE)
+		mode |= UFFDIO_REGISTER_MODE_MINOR;
+	if (r->wp_mode != WP_NONE)
+		mode |= UFFDIO_REGISTER_MODE_WP;
+	return mode;
 }
 
 /* Give [off, off + len) back to the reservation: memory freed, unmapped. */
@@ -115,6 +119,10 @@ static int populate(struct faultd_region *r, size_t off, size_t len)
 		madvise(at, len, MADV_HUGEPAGE);
 	ret = uffd_register(r->group->uffd, (uintptr_t)at, len,
 			    register_mode(r), NULL);
+	/* Async tracking starts protected: the kernel marks first writes. */
+	if (!ret && r->wp_mode == WP_ASYNC)
+		ret = uffd_writeprotect(r->group->uffd, (uintptr_t)at, len,
+					true);
 	if (ret < 0)
 		goto err;
 	return 0;

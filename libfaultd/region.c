@@ -19,9 +19,10 @@
 
 #include "internal.h"
 
+#define REGION_WP_FLAGS (FAULTD_REGION_WP | FAULTD_REGION_WP_ASYNC)
 #define REGION_KNOWN_FLAGS                                                     \
 	(FAULTD_REGION_MEMFD | FAULTD_REGION_HUGETLB | FAULTD_REGION_THP |     \
-	 FAULTD_REGION_FIXED)
+	 REGION_WP_FLAGS | FAULTD_REGION_FIXED)
 
 bool region_read_trylock(struct faultd_region *r)
 {
@@ -65,11 +66,38 @@ static long region_page_size(const struct faultd_ctx *ctx,
 	return huge_page_size(o->page_size);
 }
 
+/* Can this kernel track writes the way @flags ask? 0 or -errno. */
+static int region_wp_check(const struct faultd_region_opts *o)
+{
+	uint64_t have = uffd_have(), wp = o->flags & REGION_WP_FLAGS;
+	bool anon = !(o->flags & (FAULTD_REGION_MEMFD | FAULTD_REGION_HUGETLB));
+
+	if (!wp)
+		return o->write_hook ? -EINVAL : 0;
+	if (wp == REGION_WP_FLAGS)
+		return -EINVAL;
+	if (!(have & (anon ? FAULTD_HAVE_WP : FAULTD_HAVE_WP_SHMEM)))
+		return -EOPNOTSUPP;
+	if (wp == FAULTD_REGION_WP)
+		return 0;
+	if (o->write_hook || o->group)
+		return -EINVAL;
+	if ((have & (FAULTD_HAVE_WP_ASYNC | FAULTD_HAVE_PAGEMAP_SCAN)) !=
+	    (FAULTD_HAVE_WP_ASYNC | FAULTD_HAVE_PAGEMAP_SCAN))
+		return -EOPNOTSUPP;
+	return 0;
+}
+
 static int region_opts_check(const struct faultd_ctx *ctx,
 			     const struct faultd_region_opts *o, size_t ps)
 {
+	int ret;
+
 	if (o->flags & ~REGION_KNOWN_FLAGS)
 		return -EINVAL;
+	ret = region_wp_check(o);
+	if (ret < 0)
+		return ret;
 	if (!o->length || !aligned(o->length, ps))
 		return -EINVAL;
 	if (o->max_length && (o->max_length < o->length ||
@@ -89,6 +117,15 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 	return 0;
 }
 
+static void region_free(struct faultd_region *r)
+{
+	free(r->stats);
+	free((void *)r->dirty);
+	pthread_rwlock_destroy(&r->dirty_lock);
+	pthread_rwlock_destroy(&r->lock);
+	free(r);
+}
+
 static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 					  const struct faultd_region_opts *o,
 					  size_t ps)
@@ -101,6 +138,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 		free(r);
 		return NULL;
 	}
+	pthread_rwlock_init(&r->dirty_lock, NULL);
 	r->ctx = ctx;
 	r->flags = o->flags;
 	r->kind = kind_of(o->flags);
@@ -112,15 +150,17 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 		r->has_pager = true;
 		r->pager = *o->pager;
 	}
+	r->wp_mode = (o->flags & FAULTD_REGION_WP)	 ? WP_SYNC
+		     : (o->flags & FAULTD_REGION_WP_ASYNC) ? WP_ASYNC
+							   : WP_NONE;
+	r->write_hook = o->write_hook;
+	r->hook_arg = o->hook_arg;
+	if (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) {
+		region_free(r);
+		return NULL;
+	}
 	snprintf(r->name, sizeof(r->name), "%s", o->name ? o->name : "region");
 	return r;
-}
-
-static void region_free(struct faultd_region *r)
-{
-	free(r->stats);
-	pthread_rwlock_destroy(&r->lock);
-	free(r);
 }
 
 /* Attach @r to its group: the caller's, or a new one of its own. */
@@ -133,7 +173,11 @@ static int region_attach_group(struct faultd_region *r,
 	int ret;
 
 	if (!g) {
-		ret = group_create(r->ctx, n, true, r->page_size, &g);
+		uint64_t features = GROUP_FEATURES;
+
+		if (r->wp_mode == WP_ASYNC)
+			features |= UFFD_FEATURE_WP_ASYNC;
+		ret = group_create(r->ctx, n, true, r->page_size, features, &g);
 		if (ret < 0)
 			return ret;
 	}
@@ -324,7 +368,9 @@ static int region_resize_locked(struct faultd_region *r, size_t old_len,
 {
 	int ret = 0;
 
-	if (len > old_len)
+	if (len > old_len && r->wp_mode == WP_SYNC)
+		ret = dirty_alloc(r, len);
+	if (!ret && len > old_len)
 		ret = mem_grow(r, old_len, len);
 	else if (len < old_len)
 		mem_shrink(r, old_len, len);

@@ -271,6 +271,17 @@ ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode)
 	return fill_result(ret, errno, c.mapped, len);
 }
 
+/* Set (@wp) or clear the write protection of a range; clearing wakes. */
+int uffd_writeprotect(int fd, uintptr_t start, size_t len, bool wp)
+{
+	struct uffdio_writeprotect w = {
+		.range = { .start = start, .len = len },
+		.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+	};
+
+	return ioctl(fd, UFFDIO_WRITEPROTECT, &w) < 0 ? -errno : 0;
+}
+
 int uffd_wake(int fd, uintptr_t start, size_t len)
 {
 	struct uffdio_range range = { .start = start, .len = len };

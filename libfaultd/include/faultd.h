@@ -201,6 +201,16 @@ struct faultd_pager {
  */
 
 /*
+ * A write hook is called on the first write to a clean page of a
+ * FAULTD_REGION_WP region, before the write lands: @old is the page's
+ * content (read-only, valid during the call). A database logs the page
+ * here. Context: a handler thread holding the region's read lock; it may
+ * sleep; it must not write to the region.
+ */
+typedef void (*faultd_write_hook)(void *arg, struct faultd_region *region,
+				  uint64_t offset, const void *old);
+
+/*
  * Memory kinds. The default is private anonymous memory in 4 KiB pages.
  * FAULTD_REGION_MEMFD: shmem behind a memfd (shareable).
  * FAULTD_REGION_HUGETLB: hugetlb pages of opts.page_size (0: the system's
@@ -221,6 +231,20 @@ struct faultd_pager {
 #define FAULTD_REGION_MEMFD (1ull << 0)
 #define FAULTD_REGION_HUGETLB (1ull << 1)
 #define FAULTD_REGION_THP (1ull << 2)
+/*
+ * Write-protection and dirty tracking (pick at most one):
+ * FAULTD_REGION_WP: synchronous. Pages are installed write-protected; the
+ *   first write to each faults to a handler, which calls opts.write_hook
+ *   with the page's old content, records the page as dirty and lets the
+ *   write go on. faultd_region_protect()/unprotect() are available.
+ * FAULTD_REGION_WP_ASYNC: asynchronous (UFFD_FEATURE_WP_ASYNC): the kernel
+ *   records the write and lets it go on at once; no hook. Collection with
+ *   PAGEMAP_SCAN. The cheapest dirty tracking; needs its own handlers (no
+ *   opts.group).
+ * Both: faultd_region_dirty() collects the dirty set.
+ */
+#define FAULTD_REGION_WP (1ull << 3)
+#define FAULTD_REGION_WP_ASYNC (1ull << 4)
 /* Placement */
 #define FAULTD_REGION_FIXED (1ull << 8) /* at opts.addr; -EEXIST if taken */
 
@@ -242,6 +266,8 @@ struct faultd_region_opts {
 	struct faultd_group *group;   /* NULL: the region's own handlers */
 	const char *name;	      /* for logs and stats; may be NULL */
 	size_t page_size;	      /* FAULTD_REGION_HUGETLB: 0 = default */
+	faultd_write_hook write_hook; /* FAULTD_REGION_WP only; may be NULL */
+	void *hook_arg;
 };
 
 /*
@@ -307,6 +333,40 @@ int faultd_region_discard(struct faultd_region *region, uint64_t offset,
 			  size_t len);
 
 /*
+ * faultd_region_protect(), faultd_region_unprotect() - write-protect the
+ * pages of [offset, offset + len), or remove the protection (waking any
+ * writer waiting on it). A write to a protected page of a FAULTD_REGION_WP
+ * region faults to a handler (write hook, dirty bit) and goes on; in a
+ * FAULTD_REGION_WP_ASYNC region the kernel records it. Unprotected pages
+ * count as dirty for the next collection.
+ * Returns 0, -EINVAL (NULL, unaligned, empty or outside the region),
+ * -EOPNOTSUPP (the region tracks no writes).
+ * Context: any thread but a handler thread of the region.
+ */
+int faultd_region_protect(struct faultd_region *region, uint64_t offset,
+			  size_t len);
+int faultd_region_unprotect(struct faultd_region *region, uint64_t offset,
+			    size_t len);
+
+/*
+ * faultd_region_dirty() - collect the pages of [offset, offset + len)
+ * written since the last collection and re-arm tracking. @bitmap receives
+ * one bit per page (bit i: the page at offset + i * page size), in
+ * ceil(len / page size / 64) words.
+ * Guarantee: a write that completed before the call is reported by it or
+ * an earlier one; a write that starts after it returns is reported by a
+ * later one; a write concurrent with it is reported by it or the next. No
+ * write goes unreported (pages unprotected with faultd_region_unprotect()
+ * count as written).
+ * Returns the number of dirty pages, or -EINVAL (NULL, unaligned, empty or
+ * outside the region), -EOPNOTSUPP (the region tracks no writes).
+ * Context: any thread but a handler thread of the region; concurrently
+ * with writers.
+ */
+ssize_t faultd_region_dirty(struct faultd_region *region, uint64_t offset,
+			    size_t len, uint64_t *bitmap);
+
+/*
  * faultd_region_memfd() - the memfd behind a FAULTD_REGION_MEMFD region
  * (owned by the region; dup() it to keep it), or -EINVAL.
  * Pages of the memfd touched through another mapping are filled by the
@@ -364,6 +424,7 @@ struct faultd_stats {
 	uint64_t pager_fills;	/* missing faults resolved by the pager */
 	uint64_t mapped;	/* resolved by mapping a page already in the
 				   page cache (UFFDIO_CONTINUE) */
+	uint64_t wp_faults;	/* write-protect faults (first writes) */
 	uint64_t fast;		/* resolved under the region lock alone */
 	uint64_t retry;		/* fast path needed the context lock */
 	uint64_t abort;		/* region try-lock failed (being changed) */

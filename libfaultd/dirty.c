@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * dirty.c - write-protection and dirty tracking.
+ *
+ * Synchronous mode (FAULTD_REGION_WP): pages are installed write-protected
+ * when they are filled; the first write to each faults to a handler, which
+ * calls the region's write hook with the page's old content, sets the
+ * page's bit in the dirty bitmap and removes the protection (fault.c).
+ * Collection write-protects the range again and takes the bitmap.
+ *
+ * Asynchronous mode (FAULTD_REGION_WP_ASYNC): the same protection, but the
+ * kernel resolves write faults itself (UFFD_FEATURE_WP_ASYNC) and only
+ * records that the page was written; collection is one PAGEMAP_SCAN that
+ * reports the written pages and protects them again. Writers never stop.
+ *
+ * The collection guarantee (both modes): a write that completed before
+ * faultd_region_dirty() was called is reported by that call or an earlier
+ * one; a write that starts after the call returned is reported by a later
+ * call; a write concurrent with the call is reported by it or the next. No
+ * write goes unreported. In sync mode this rests on dirty_lock: a handler
+ * sets the bit and removes the protection under it for reading, and a
+ * collection protects and takes the bitmap under it for writing, so no
+ * page can be unprotected with its bit already taken.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "internal.h"
+
+#define SCAN_VEC 256
+
+static bool range_ok(const struct faultd_region *r, uint64_t off, size_t len)
+{
+	size_t cur = atomic_load(&r->len);
+
+	return len && !(off & (r->page_size - 1)) &&
+	       !(len & (r->page_size - 1)) && off < cur && len <= cur - off;
+}
+
+/* Set the dirty bits of [off, off + len). Context: dirty_lock (read). */
+void dirty_mark(struct faultd_region *r, uint64_t off, size_t len)
+{
+	for (uint64_t pg = off / r->page_size; pg < (off + len) / r->page_size;
+	     pg++)
+		atomic_fetch_or_explicit(&r->dirty[pg / 64], 1ull << (pg % 64),
+					 memory_order_relaxed);
+}
+
+/*
+ * dirty_alloc() - the bitmap for @len bytes of pages (sync mode), keeping
+ * the bits already set. Context: the region not visible yet, or its lock
+ * held for writing.
+ */
+int dirty_alloc(struct faultd_region *r, size_t len)
+{
+	size_t words = (len / r->page_size + 63) / 64;
+	_Atomic uint64_t *d;
+
+	if (words <= r->dirty_words)
+		return 0;
+	d = realloc((void *)r->dirty, words * sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	memset((void *)(d + r->dirty_words), 0,
+	       (words - r->dirty_words) * sizeof(*d));
+	r->dirty = d;
+	r->dirty_words = words;
+	return 0;
+}
+
+/* Take (read and clear) the bits of pages [first, first + n) into @out. */
+static ssize_t bitmap_take(struct faultd_region *r, size_t first, size_t n,
+			   uint64_t *out)
+{
+	ssize_t count = 0;
+
+	memset(out, 0, (n + 63) / 64 * sizeof(*out));
+	for (size_t i = 0; i < n;) {
+		size_t pg = first + i, bit = pg % 64;
+		size_t take = 64 - bit < n - i ? 64 - bit : n - i;
+		uint64_t mask = (take == 64 ? ~0ull : ((1ull << take) - 1)) << bit;
+		uint64_t got = atomic_fetch_and(&r->dirty[pg / 64], ~mask) & mask;
+
+		for (; got; got &= got - 1) {
+			size_t at = i + (size_t)__builtin_ctzll(got) - bit;
+
+			out[at / 64] |= 1ull << (at % 64);
+			count++;
+		}
+		i += take;
+	}
+	return count;
+}
+
+static ssize_t collect_sync(struct faultd_region *r, uint64_t off,
+			    size_t len, uint64_t *bitmap)
+{
+	ssize_t n;
+	int ret;
+
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	ret = uffd_writeprotect(r->group->uffd, r->base + off, len, true);
+	n = ret < 0 ? ret
+		    : bitmap_take(r, off / r->page_size, len / r->page_size,
+				  bitmap);
+	pthread_rwlock_unlock(&r->dirty_lock);
+	return n;
+}
+
+static void set_bits(uint64_t *bitmap, size_t from, size_t to)
+{
+	for (size_t pg = from; pg < to; pg++)
+		bitmap[pg / 64] |= 1ull << (pg % 64);
+}
+
+/* One PAGEMAP_SCAN at a time reports written pages and re-protects them. */
+static ssize_t collect_async(struct faultd_region *r, uint64_t off,
+			     size_t len, uint64_t *bitmap)
+{
+	struct page_region vec[SCAN_VEC];
+	uintptr_t start = r->base + off, end = start + len;
+	struct pm_scan_arg a = {
+		.size = sizeof(a),
+		.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+		.vec = (uintptr_t)vec,
+		.vec_len = SCAN_VEC,
+		.category_mask = PAGE_IS_WRITTEN,
+		.return_mask = PAGE_IS_WRITTEN,
+	};
+	ssize_t count = 0;
+
+	memset(bitmap, 0, (len / r->page_size + 63) / 64 * sizeof(*bitmap));
+	for (a.start = start; a.start < end; a.start = a.walk_end) {
+		int n;
+
+		a.end = end;
+		n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
+		if (n < 0)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			set_bits(bitmap, (vec[i].start - start) / r->page_size,
+				 (vec[i].end - start) / r->page_size);
+			count += (ssize_t)((vec[i].end - vec[i].start) /
+					   r->page_size);
+		}
+	}
+	return count;
+}
+
+FAULTD_EXPORT ssize_t faultd_region_dirty(struct faultd_region *r,
+					  uint64_t off, size_t len,
+					  uint64_t *bitmap)
+{
+	ssize_t n;
+
+	if (!r || !bitmap)
+		return -EINVAL;
+	if (r->wp_mode == WP_NONE)
+		return -EOPNOTSUPP;
+	pthread_rwlock_rdlock(&r->lock);
+	if (!range_ok(r, off, len))
+		n = -EINVAL;
+	else if (r->wp_mode == WP_SYNC)
+		n = collect_sync(r, off, len, bitmap);
+	else
+		n = collect_async(r, off, len, bitmap);
+	pthread_rwlock_unlock(&r->lock);
+	return n;
+}
+
+/*
+ * Unprotected pages are reported dirty by the next collection in both
+ * modes: async, because the kernel's written bit is the absence of the
+ * protection; sync, because unprotect marks them.
+ */
+static int set_protection(struct faultd_region *r, uint64_t off, size_t len,
+			  bool wp)
+{
+	int ret = -EINVAL;
+
+	if (!r)
+		return -EINVAL;
+	if (r->wp_mode == WP_NONE)
+		return -EOPNOTSUPP;
+	pthread_rwlock_rdlock(&r->lock);
+	if (range_ok(r, off, len)) {
+		pthread_rwlock_rdlock(&r->dirty_lock);
+		if (!wp && r->wp_mode == WP_SYNC)
+			dirty_mark(r, off, len);
+		ret = uffd_writeprotect(r->group->uffd, r->base + off, len, wp);
+		pthread_rwlock_unlock(&r->dirty_lock);
+	}
+	pthread_rwlock_unlock(&r->lock);
+	return ret;
+}
+
+FAULTD_EXPORT int faultd_region_protect(struct faultd_region *r, uint64_t off,
+					size_t len)
+{
+	return set_protection(r, off, len, true);
+}
+
+FAULTD_EXPORT int faultd_region_unprotect(struct faultd_region *r,
+					  uint64_t off, size_t len)
+{
+	return set_protection(r, off, len, false);
+}

@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * dirty.c - suite "uffd": write-protection and dirty tracking.
+ *
+ * Dirty sets are exact in both modes over repeated collect/re-arm epochs
+ * (writers stop at each collection), and complete while writers keep
+ * running (every page written is reported, nothing else is); both modes
+ * report the same sets for the same writes. The write hook sees a page's
+ * old content before the write lands. Bad input gets exact errors.
+ */
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+#define NPAGES 1024
+#define WORDS (NPAGES / 64)
+
+static struct faultd_ctx *make_ctx(void)
+{
+	struct faultd_ctx_opts o = { .size = sizeof(o), .handler_threads = 2 };
+	struct faultd_ctx *ctx;
+
+	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
+	return ctx;
+}
+
+static ssize_t tag_fill(void *arg, struct faultd_region *r, uint64_t off,
+			void *buf, size_t len)
+{
+	pattern_fill((uintptr_t)arg, off, buf, len);
+	return (ssize_t)len;
+}
+
+static struct faultd_region *tracked(struct faultd_ctx *ctx, uint64_t mode,
+				     uint64_t kind, faultd_write_hook hook,
+				     void *hook_arg)
+{
+	static struct faultd_pager p = { .size = sizeof(p),
+					 .flags = FAULTD_PAGER_CONCURRENT,
+					 .fill = tag_fill,
+					 .arg = (void *)5 };
+	struct faultd_region_opts o = {
+		.size = sizeof(o),
+		.flags = mode | kind,
+		.length = NPAGES * PAGE,
+		.pager = &p,
+		.write_hook = hook,
+		.hook_arg = hook_arg,
+	};
+	struct faultd_region *r;
+	int ret = faultd_region_create(ctx, &o, &r);
+
+	if (ret == -EOPNOTSUPP)
+		cr_skip_test("this kernel cannot track writes in %s mode",
+			     mode == FAULTD_REGION_WP ? "sync" : "async");
+	cr_assert_eq(ret, 0, "create: %s", strerror(-ret));
+	return r;
+}
+
+static size_t popcount_bitmap(const uint64_t *b)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < WORDS; i++)
+		n += (size_t)__builtin_popcountll(b[i]);
+	return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Epochs: writers write a known set, stop, the set is collected exactly.
+ */
+
+struct epoch_writer {
+	char *base;
+	const uint64_t *set;	/* the pages to write this epoch */
+	unsigned int idx, n;	/* this thread writes pages p % n == idx */
+};
+
+static void *write_set(void *arg)
+{
+	struct epoch_writer *w = arg;
+
+	for (size_t p = w->idx; p < NPAGES; p += w->n)
+		if (w->set[p / 64] & (1ull << (p % 64)))
+			w->base[p * PAGE + (p * 7) % PAGE] = (char)p;
+	return NULL;
+}
+
+static void run_epochs(uint64_t mode, uint64_t kind, unsigned int seed,
+		       uint64_t (*sets)[WORDS], int nepochs)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_region *r = tracked(ctx, mode, kind, NULL, NULL);
+	char *base = faultd_region_base(r);
+	uint64_t got[WORDS];
+	volatile char sink = 0;
+
+	/* Reading every page fills it clean (installed write-protected). */
+	for (size_t p = 0; p < NPAGES; p += 2)
+		sink ^= base[p * PAGE];
+	cr_assert_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0,
+		     "pages filled for reads must be clean");
+	for (int e = 0; e < nepochs; e++) {
+		struct epoch_writer w[3];
+		pthread_t t[3];
+
+		for (size_t i = 0; i < WORDS; i++)
+			sets[e][i] = ((uint64_t)rand_r(&seed) << 32 |
+				      (uint64_t)rand_r(&seed)) &
+				     ((uint64_t)rand_r(&seed) << 32 |
+				      (uint64_t)rand_r(&seed));
+		for (unsigned int i = 0; i < 3; i++) {
+			w[i] = (struct epoch_writer){ .base = base,
+						      .set = sets[e],
+						      .idx = i,
+						      .n = 3 };
+			pthread_create(&t[i], NULL, write_set, &w[i]);
+		}
+		for (unsigned int i = 0; i < 3; i++)
+			pthread_join(t[i], NULL);
+		cr_assert_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got),
+			     (ssize_t)popcount_bitmap(sets[e]));
+		cr_assert_arr_eq(got, sets[e], sizeof(got), "epoch %d", e);
+	}
+	(void)sink;
+	faultd_ctx_destroy(ctx);
+}
+
+static void both_modes_agree(uint64_t kind)
+{
+	static uint64_t s_sync[8][WORDS], s_async[8][WORDS];
+
+	run_epochs(FAULTD_REGION_WP, kind, 42, s_sync, 8);
+	run_epochs(FAULTD_REGION_WP_ASYNC, kind, 42, s_async, 8);
+	cr_expect_arr_eq(s_sync, s_async, sizeof(s_sync));
+}
+
+Test(dirty, exact_sets_both_modes_anon, .timeout = 120)
+{
+	both_modes_agree(0);
+}
+
+Test(dirty, exact_sets_both_modes_memfd, .timeout = 120)
+{
+	both_modes_agree(FAULTD_REGION_MEMFD);
+}
+
+/* ------------------------------------------------------------------------
+ * Writers never stop: nothing is lost, nothing is invented.
+ */
+
+struct runner {
+	char *base;
+	unsigned int idx;
+	atomic_bool *stop;
+	_Atomic uint64_t *written; /* the pages this run wrote, as a bitmap */
+	atomic_long *returned;	   /* collections that have returned */
+	atomic_long *last_start;   /* per page: @returned before its last write */
+};
+
+static void atomic_max_long(atomic_long *v, long x)
+{
+	long cur = atomic_load(v);
+
+	while (cur < x && !atomic_compare_exchange_weak(v, &cur, x))
+		;
+}
+
+static void *keep_writing(void *arg)
+{
+	struct runner *w = arg;
+	unsigned int seed = w->idx + 1;
+
+	while (!atomic_load(w->stop)) {
+		/* Only pages whose number is a multiple of 3 are written. */
+		size_t p = ((size_t)rand_r(&seed) % (NPAGES / 3)) * 3;
+		long started_after = atomic_load(w->returned);
+
+		w->base[p * PAGE + 8] = (char)seed;
+		atomic_fetch_or(&w->written[p / 64], 1ull << (p % 64));
+		atomic_max_long(&w->last_start[p], started_after);
+	}
+	return NULL;
+}
+
+/* Remember, per page, the last collection that reported it. */
+static void note_reports(const uint64_t *got, long c, long *last_report)
+{
+	for (size_t p = 0; p < NPAGES; p++)
+		if (got[p / 64] & (1ull << (p % 64)))
+			last_report[p] = c;
+}
+
+static void concurrent_collection(uint64_t mode)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_region *r = tracked(ctx, mode, 0, NULL, NULL);
+	static _Atomic uint64_t written[WORDS];
+	static atomic_long last_start[NPAGES];
+	static long last_report[NPAGES];
+	uint64_t seen[WORDS] = { 0 }, got[WORDS];
+	atomic_long returned = 0;
+	atomic_bool stop = false;
+	struct runner w[2];
+	pthread_t t[2];
+	long c;
+
+	for (size_t p = 0; p < NPAGES; p++) {
+		atomic_store(&last_start[p], -1);
+		last_report[p] = -1;
+	}
+	for (size_t i = 0; i < WORDS; i++)
+		atomic_store(&written[i], 0);
+	for (unsigned int i = 0; i < 2; i++) {
+		w[i] = (struct runner){ .base = faultd_region_base(r),
+					.idx = i,
+					.stop = &stop,
+					.written = written,
+					.returned = &returned,
+					.last_start = last_start };
+		pthread_create(&t[i], NULL, keep_writing, &w[i]);
+	}
+	for (uint64_t end = test_now_ns() + 2000000000ull;
+	     test_now_ns() < end;) {
+		c = atomic_load(&returned);
+		cr_assert_geq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+		note_reports(got, c, last_report);
+		for (size_t i = 0; i < WORDS; i++)
+			seen[i] |= got[i];
+		atomic_fetch_add(&returned, 1);
+	}
+	atomic_store(&stop, true);
+	for (unsigned int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	c = atomic_load(&returned);
+	cr_assert_geq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	note_reports(got, c, last_report);
+	for (size_t i = 0; i < WORDS; i++)
+		seen[i] |= got[i];
+	/* Reported = written, exactly: nothing lost, nothing invented. */
+	for (size_t i = 0; i < WORDS; i++)
+		cr_expect_eq(seen[i], atomic_load(&written[i]), "word %zu", i);
+	/*
+	 * A write that started after collection k returned is reported by a
+	 * collection after k: the last report of each page is no older than
+	 * the start of its last write.
+	 */
+	for (size_t p = 0; p < NPAGES; p++)
+		cr_expect_geq(last_report[p], atomic_load(&last_start[p]),
+			      "page %zu: last written after collection %ld "
+			      "returned, last reported by collection %ld",
+			      p, atomic_load(&last_start[p]), last_report[p]);
+	cr_log_info("%ld collections under concurrent writers", c);
+	/* With the writers stopped, a collection finds nothing new. */
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	faultd_ctx_destroy(ctx);
+}
+
+Test(dirty, nothing_lost_under_concurrent_writers_sync, .timeout = 60)
+{
+	concurrent_collection(FAULTD_REGION_WP);
+}
+
+Test(dirty, nothing_lost_under_concurrent_writers_async, .timeout = 60)
+{
+	concurrent_collection(FAULTD_REGION_WP_ASYNC);
+}
+
+/* ------------------------------------------------------------------------
+ * The write hook, protect/unprotect, bad input.
+ */
+
+struct hook_log {
+	atomic_int calls;
+	uint64_t off[8];
+	uint64_t old_word[8];
+};
+
+static void log_old(void *arg, struct faultd_region *r, uint64_t off,
+		    const void *old)
+{
+	struct hook_log *l = arg;
+	int i = atomic_fetch_add(&l->calls, 1);
+
+	if (i < 8) {
+		l->off[i] = off;
+		memcpy(&l->old_word[i], (const char *)old + 64, 8);
+	}
+}
+
+Test(dirty, write_hook_sees_old_content, .timeout = 30)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct hook_log log = { 0 };
+	struct faultd_region *r =
+		tracked(ctx, FAULTD_REGION_WP, 0, log_old, &log);
+	volatile uint64_t *b = faultd_region_base(r);
+	struct faultd_stats s = { .size = sizeof(s) };
+	uint64_t got[WORDS];
+
+	/* Page 3: read first (installed protected), then written. */
+	cr_expect_eq(b[3 * PAGE / 8 + 8], pattern_word(5, 3 * PAGE + 64));
+	b[3 * PAGE / 8 + 8] = 111;
+	/* Page 9: a write to a missing page: the hook sees the fill. */
+	b[9 * PAGE / 8 + 8] = 222;
+	/* A second write to a page is no longer a fault. */
+	b[3 * PAGE / 8 + 8] = 333;
+	cr_assert_eq(atomic_load(&log.calls), 2);
+	cr_expect_eq(log.off[0], 3 * PAGE);
+	cr_expect_eq(log.old_word[0], pattern_word(5, 3 * PAGE + 64));
+	cr_expect_eq(log.off[1], 9 * PAGE);
+	cr_expect_eq(log.old_word[1], pattern_word(5, 9 * PAGE + 64));
+	cr_expect_eq(b[3 * PAGE / 8 + 8], 333);
+	cr_expect_eq(b[9 * PAGE / 8 + 8], 222);
+	cr_assert_eq(faultd_region_stats(r, &s), 0);
+	cr_expect_eq(s.wp_faults, 1);
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 2);
+	cr_expect_eq(got[0], (1ull << 3) | (1ull << 9));
+	/* Protect again: the next write calls the hook again. */
+	cr_assert_eq(faultd_region_protect(r, 3 * PAGE, PAGE), 0);
+	b[3 * PAGE / 8 + 8] = 444;
+	cr_expect_eq(atomic_load(&log.calls), 3);
+	cr_expect_eq(log.old_word[2], 333);
+	/* Unprotected pages count as dirty. */
+	cr_assert_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 1);
+	cr_assert_eq(faultd_region_unprotect(r, 100 * PAGE, 2 * PAGE), 0);
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 2);
+	cr_expect_eq(got[1], 3ull << (100 - 64));
+	faultd_ctx_destroy(ctx);
+}
+
+Test(dirty, bad_input_exact_errors)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_region *r = tracked(ctx, FAULTD_REGION_WP, 0, NULL, NULL);
+	struct faultd_region_opts o = { .size = sizeof(o), .length = 16 * PAGE };
+	struct faultd_region *plain, *x;
+	struct faultd_group *g;
+	uint64_t bm[WORDS];
+
+	cr_assert_eq(faultd_region_create(ctx, &o, &plain), 0);
+	cr_expect_eq(faultd_region_dirty(plain, 0, PAGE, bm), -EOPNOTSUPP);
+	cr_expect_eq(faultd_region_protect(plain, 0, PAGE), -EOPNOTSUPP);
+	cr_expect_eq(faultd_region_protect(r, NPAGES * PAGE, PAGE), -EINVAL);
+	cr_expect_eq(faultd_region_protect(r, (NPAGES - 1) * PAGE, 2 * PAGE),
+		     -EINVAL);
+	cr_expect_eq(faultd_region_protect(r, 100, PAGE), -EINVAL);
+	cr_expect_eq(faultd_region_unprotect(r, 0, 0), -EINVAL);
+	cr_expect_eq(faultd_region_dirty(r, 0, PAGE + 1, bm), -EINVAL);
+	cr_expect_eq(faultd_region_dirty(r, 0, PAGE, NULL), -EINVAL);
+	cr_expect_eq(faultd_region_dirty(NULL, 0, PAGE, bm), -EINVAL);
+	o.flags = FAULTD_REGION_WP | FAULTD_REGION_WP_ASYNC;
+	cr_expect_eq(faultd_region_create(ctx, &o, &x), -EINVAL);
+	o.flags = 0;
+	o.write_hook = log_old;
+	cr_expect_eq(faultd_region_create(ctx, &o, &x), -EINVAL);
+	o.write_hook = NULL;
+	cr_assert_eq(faultd_group_create(ctx, NULL, &g), 0);
+	o.flags = FAULTD_REGION_WP_ASYNC;
+	o.group = g;
+	cr_expect_eq(faultd_region_create(ctx, &o, &x), -EINVAL);
+	faultd_ctx_destroy(ctx);
+}
