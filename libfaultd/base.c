@@ -16,8 +16,8 @@
  * second fault on a page being prepared waits for it, and a page that is in
  * place is never prepared again until it is discarded.
  *
- * A base is shared by reference count; it owns the memfd, the alias and
- * the pager, whose release() runs when the last region using it goes.
+ * A base is shared by reference count; it owns the memfd and the alias,
+ * and keeps a reference to the pager that fills the pages nobody prepared.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -30,8 +30,8 @@
 
 /*
  * base_create() - a base over @r's memfd (which it takes), sized for @r's
- * reservation, owning @r's pager. @r keeps a copy of the pager without its
- * release(). Context: map_lock held for writing, or @r not yet visible.
+ * reservation, with a reference to @r's pager.
+ * Context: map_lock held for writing, or @r not yet visible.
  */
 int base_create(struct faultd_region *r)
 {
@@ -54,11 +54,7 @@ int base_create(struct faultd_region *r)
 	b->alias = p;
 	b->memfd = r->memfd;
 	atomic_init(&b->refs, 1);
-	if (r->has_pager) {
-		b->has_pager = true;
-		b->pager = r->pager;
-		r->pager.release = NULL;
-	}
+	b->pager = pager_get(r->pager);
 	r->cache = b;
 	return 0;
 }
@@ -75,8 +71,7 @@ void base_put(struct region_base *b)
 		return;
 	munmap(b->alias, b->alias_len);
 	close(b->memfd);
-	if (b->has_pager && b->pager.release)
-		b->pager.release(b->pager.arg);
+	pager_put(b->pager);
 	free(b->states);
 	free(b);
 }

@@ -206,35 +206,12 @@ static int do_zero_fault(struct fault *f)
  * audited for concurrency (no FAULTD_PAGER_CONCURRENT) relies on the
  * context lock, so the fault must be retried under it.
  */
-static int fault_can_call_pager(const struct fault *f)
+static int fault_can_call_pager(const struct fault *f,
+				const struct pager_ref *pager)
 {
-	if (f->r->pager.flags & FAULTD_PAGER_CONCURRENT)
-		return 0;
-	if (f->flags & FAULT_LOCKED)
+	if (pager_concurrent(pager) || (f->flags & FAULT_LOCKED))
 		return 0;
 	return FAULTD_RETRY;
-}
-
-/*
- * Call the pager's fill. Unaudited pagers are serialized by the context's
- * pager lock, which nests inside the context lock held for reading.
- * Returns the bytes produced, or -errno (also for a pager that claims more
- * than it was asked for).
- */
-static ssize_t pager_fill(struct fault *f, void *buf)
-{
-	struct faultd_region *r = f->r;
-	bool serial = !(r->pager.flags & FAULTD_PAGER_CONCURRENT);
-	ssize_t n;
-
-	if (serial)
-		pthread_mutex_lock(&r->ctx->pager_lock);
-	n = r->pager.fill(r->pager.arg, r, f->off, buf, f->len);
-	if (serial)
-		pthread_mutex_unlock(&r->ctx->pager_lock);
-	if (n > (ssize_t)f->len)
-		n = -ERANGE;
-	return n;
 }
 
 /* do_pager_fault() - a missing page whose content comes from the pager. */
@@ -244,10 +221,10 @@ static int do_pager_fault(struct fault *f)
 	ssize_t n;
 	int ret;
 
-	ret = fault_can_call_pager(f);
+	ret = fault_can_call_pager(f, f->r->pager);
 	if (ret)
 		return ret;
-	n = pager_fill(f, buf);
+	n = pager_call_fill(f->r, f->r->pager, f->off, buf, f->len);
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
@@ -260,7 +237,7 @@ static int do_pager_fault(struct fault *f)
 
 static int do_missing_fault(struct fault *f)
 {
-	if (!f->r->has_pager)
+	if (!f->r->pager)
 		return do_zero_fault(f);
 	return do_pager_fault(f);
 }
@@ -286,7 +263,7 @@ static int base_prepare(struct fault *f, bool stale)
 	char *p = f->r->cache->alias + f->off;
 	ssize_t n;
 
-	if (!f->r->has_pager) {
+	if (!f->r->cache->pager) {
 		fault_commit(f, ST_ZERO_FILLS);
 		if (stale)
 			faultd_clear(p, f->len);
@@ -294,7 +271,7 @@ static int base_prepare(struct fault *f, bool stale)
 			(void)*(volatile char *)p;
 		return 0;
 	}
-	n = pager_fill(f, p);
+	n = pager_call_fill(f->r, f->r->cache->pager, f->off, p, f->len);
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
@@ -317,8 +294,8 @@ static int do_base_fault(struct fault *f)
 	bool stale = false;
 	int ret;
 
-	if (f->r->has_pager) {
-		ret = fault_can_call_pager(f);
+	if (f->r->cache->pager) {
+		ret = fault_can_call_pager(f, f->r->cache->pager);
 		if (ret)
 			return ret;
 	}

@@ -213,6 +213,22 @@ int map_init(struct faultd_ctx *ctx);
 void map_destroy(struct faultd_ctx *ctx);
 
 /* ------------------------------------------------------------------------
+ * pager.c - pagers: shared references, the call to fill().
+ */
+
+struct pager_ref {
+	struct faultd_pager p;
+	atomic_int refs;
+};
+
+struct pager_ref *pager_ref_new(const struct faultd_pager *p);
+struct pager_ref *pager_get(struct pager_ref *ref);
+void pager_put(struct pager_ref *ref);
+bool pager_concurrent(const struct pager_ref *ref);
+ssize_t pager_call_fill(struct faultd_region *r, struct pager_ref *ref,
+			uint64_t off, void *buf, size_t len);
+
+/* ------------------------------------------------------------------------
  * region.c - regions: reserve, register, destroy, resize; the region lock.
  */
 
@@ -248,8 +264,7 @@ struct region_base {
 	size_t page_size;
 	struct page_state *states;
 	size_t nr_states;
-	bool has_pager;		/* owned: release() when the last ref goes */
-	struct faultd_pager pager;
+	struct pager_ref *pager;/* a reference; NULL: zeros */
 	atomic_int refs;
 };
 
@@ -274,8 +289,7 @@ struct faultd_region {
 	int memfd;
 	/* memfd-hugetlb and frozen memfd views: the page-cache base */
 	struct region_base *cache;
-	bool has_pager;
-	struct faultd_pager pager;
+	struct pager_ref *pager; /* a reference; NULL: zero-fill */
 	struct faultd_heap *heap; /* a heap's region: see heap.c */
 
 	/* Write-protection and dirty tracking (dirty.c) */

@@ -156,9 +156,7 @@ int mem_map(struct faultd_region *r, void *addr)
 	return 0;
 
 err_base:
-	if (r->cache) { /* the base owns the memfd and the pager now */
-		r->pager.release = r->cache->pager.release;
-		r->cache->pager.release = NULL;
+	if (r->cache) { /* the base owns the memfd now */
 		r->memfd = dup(r->memfd);
 		base_put(r->cache);
 		r->cache = NULL;

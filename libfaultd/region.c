@@ -119,6 +119,7 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 
 static void region_free(struct faultd_region *r)
 {
+	pager_put(r->pager);
 	free(r->stats);
 	free((void *)r->dirty);
 	pthread_rwlock_destroy(&r->dirty_lock);
@@ -146,9 +147,9 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	r->memfd = -1;
 	atomic_init(&r->len, o->length);
 	r->max_len = o->max_length > o->length ? o->max_length : o->length;
-	if (o->pager) {
-		r->has_pager = true;
-		r->pager = *o->pager;
+	if (o->pager && !(r->pager = pager_ref_new(o->pager))) {
+		region_free(r);
+		return NULL;
 	}
 	r->wp_mode = (o->flags & FAULTD_REGION_WP)	 ? WP_SYNC
 		     : (o->flags & FAULTD_REGION_WP_ASYNC) ? WP_ASYNC
@@ -337,8 +338,6 @@ FAULTD_EXPORT int faultd_region_destroy(struct faultd_region *r)
 		group_stop(g);
 		group_free(g);
 	}
-	if (r->has_pager && r->pager.release)
-		r->pager.release(r->pager.arg);
 	region_free(r);
 	return 0;
 }

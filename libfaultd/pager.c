@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * pager.c - pagers: the shared reference that keeps one alive, and the one
+ * function that calls its fill().
+ *
+ * A pager may outlive the region it was given to: a page-cache base of a
+ * frozen region and a clone's snapshot keep using it to produce pages the
+ * region never faulted in. It is released when the last of them goes.
+ *
+ * Unaudited pagers (no FAULTD_PAGER_CONCURRENT) are called with the context
+ * lock held for reading - the fault path retries to get it, like
+ * vmf_can_call_fault() - and serialized by the context's pager lock, which
+ * nests inside it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+struct pager_ref *pager_ref_new(const struct faultd_pager *p)
+{
+	struct pager_ref *ref = malloc(sizeof(*ref));
+
+	if (!ref)
+		return NULL;
+	ref->p = *p;
+	atomic_init(&ref->refs, 1);
+	return ref;
+}
+
+struct pager_ref *pager_get(struct pager_ref *ref)
+{
+	if (ref)
+		atomic_fetch_add(&ref->refs, 1);
+	return ref;
+}
+
+void pager_put(struct pager_ref *ref)
+{
+	if (!ref || atomic_fetch_sub(&ref->refs, 1) != 1)
+		return;
+	if (ref->p.release)
+		ref->p.release(ref->p.arg);
+	free(ref);
+}
+
+bool pager_concurrent(const struct pager_ref *ref)
+{
+	return ref->p.flags & FAULTD_PAGER_CONCURRENT;
+}
+
+/*
+ * pager_call_fill() - [off, off + len) of @r from the pager, into @buf.
+ * Returns the bytes produced, or -errno (also for a pager that claims more
+ * than it was asked for).
+ * Context: a handler thread; the context lock held for reading unless the
+ * pager is concurrent.
+ */
+ssize_t pager_call_fill(struct faultd_region *r, struct pager_ref *ref,
+			uint64_t off, void *buf, size_t len)
+{
+	bool serial = !pager_concurrent(ref);
+	ssize_t n;
+
+	if (serial)
+		pthread_mutex_lock(&r->ctx->pager_lock);
+	n = ref->p.fill(ref->p.arg, r, off, buf, len);
+	if (serial)
+		pthread_mutex_unlock(&r->ctx->pager_lock);
+	if (n > (ssize_t)len)
+		n = -ERANGE;
+	return n;
+}
