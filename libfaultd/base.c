@@ -29,8 +29,8 @@
 #include "internal.h"
 
 /*
- * base_create() - a base over @r's memfd (which it takes), sized for @r's
- * reservation, with a reference to @r's pager.
+ * base_create() - a base over @r's memfd (a duplicate of the fd: both own
+ * theirs), sized for @r's reservation, with a reference to @r's pager.
  * Context: map_lock held for writing, or @r not yet visible.
  */
 int base_create(struct faultd_region *r)
@@ -40,6 +40,11 @@ int base_create(struct faultd_region *r)
 
 	if (!b)
 		return -ENOMEM;
+	b->memfd = dup(r->memfd);
+	if (b->memfd < 0) {
+		free(b);
+		return -errno;
+	}
 	b->page_size = r->page_size;
 	b->alias_len = r->max_len;
 	b->nr_states = r->max_len / r->page_size;
@@ -47,12 +52,16 @@ int base_create(struct faultd_region *r)
 	p = mmap(NULL, b->alias_len, PROT_READ | PROT_WRITE, MAP_SHARED,
 		 r->memfd, 0);
 	if (!b->states || p == MAP_FAILED) {
+		int err = p == MAP_FAILED ? -errno : -ENOMEM;
+
+		if (p != MAP_FAILED)
+			munmap(p, b->alias_len);
+		close(b->memfd);
 		free(b->states);
 		free(b);
-		return p == MAP_FAILED ? -errno : -ENOMEM;
+		return err;
 	}
 	b->alias = p;
-	b->memfd = r->memfd;
 	atomic_init(&b->refs, 1);
 	b->pager = pager_get(r->pager);
 	r->cache = b;

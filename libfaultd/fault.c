@@ -59,11 +59,13 @@ static void fault_commit(struct fault *f, enum stat_item kind)
 }
 
 /*
- * How a fill installs the page in a region that tracks writes: async
- * tracking always protects (the kernel marks the first write); sync
- * tracking protects a page filled for a read, and installs a page filled
- * for a write writable and dirty at once, saving a second fault. A
- * page-cache base maps pages read-only anyway, so it always protects.
+ * How a fill installs the page in a region that watches writes (dirty
+ * tracking, a clone's parent, a clone): async tracking always protects
+ * (the kernel marks the first write); otherwise a page filled for a read
+ * is protected, and a page filled for a write is installed writable, the
+ * write's consequences taken at once (fault_before_write()), saving a
+ * second fault. A page-cache base maps pages read-only anyway, so it
+ * always protects.
  */
 static void fault_setup(struct fault *f, uintptr_t addr)
 {
@@ -76,10 +78,11 @@ static void fault_setup(struct fault *f, uintptr_t addr)
 	f->flags &= FAULT_LOCKED;
 	if (f->msg_flags & UFFD_PAGEFAULT_FLAG_WRITE)
 		f->flags |= FAULT_WRITE;
-	if (r->wp_mode == WP_ASYNC ||
-	    (r->wp_mode == WP_SYNC && (r->cache || !(f->flags & FAULT_WRITE))))
+	if (r->wp_mode == WP_NONE && !r->snaps && !r->cow)
+		return;
+	if (r->wp_mode == WP_ASYNC || r->cache || !(f->flags & FAULT_WRITE))
 		f->flags |= FAULT_WP;
-	else if (r->wp_mode == WP_SYNC)
+	else
 		f->flags |= FAULT_DIRTIES;
 }
 
@@ -148,13 +151,17 @@ static int fault_poison(struct fault *f, int err)
 }
 
 /*
- * fault_before_write() - a write is about to land on a clean page whose
- * content is @old: the region's write hook sees it first.
+ * fault_before_write() - a write is about to land on a page whose content
+ * is @old: clones that still read it get a copy, and the region's write
+ * hook sees it.
  */
 static void fault_before_write(struct fault *f, const void *old)
 {
 	struct faultd_region *r = f->r;
 
+	if (r->snaps)
+		stat_add(f->st, ST_COW_SAVED,
+			 clone_save_before_write(r, f->off, old, f->len));
 	if (r->write_hook)
 		r->write_hook(r->hook_arg, r, f->off, old);
 }
@@ -169,7 +176,8 @@ static int fault_copy(struct fault *f, const void *src)
 		/* Marked and installed under dirty_lock: see dirty.c. */
 		fault_before_write(f, src);
 		pthread_rwlock_rdlock(&f->r->dirty_lock);
-		dirty_mark(f->r, f->off, f->len);
+		if (f->r->wp_mode == WP_SYNC)
+			dirty_mark(f->r, f->off, f->len);
 		ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, mode);
 		pthread_rwlock_unlock(&f->r->dirty_lock);
 	} else {
@@ -361,8 +369,55 @@ static int fault_unprotect(struct fault *f)
 static int do_wp_fault(struct fault *f)
 {
 	fault_commit(f, ST_WP);
+	if (f->r->cow) /* a clone's page, installed read-only: now its own */
+		stat_inc(f->st, ST_COW);
 	fault_before_write(f, (const void *)f->addr);
 	return fault_unprotect(f);
+}
+
+/*
+ * fault_cow_prepare() - like vmf_anon_prepare(): a clone's private page
+ * state is allocated by its first COW fault, and only under the context
+ * lock; the fast path retries there. Later faults find it.
+ */
+static int fault_cow_prepare(struct fault *f)
+{
+	int ret;
+
+	if (likely(clone_prepared(f->r)))
+		return 0;
+	if (!(f->flags & FAULT_LOCKED))
+		return FAULTD_RETRY;
+	ret = clone_prepare_locked(f->r);
+	if (ret > 0)
+		stat_inc(f->st, ST_COW_PREPARE);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * do_cow_fault() - a missing page of a copy-on-write clone: the parent's
+ * content as of the clone, read without faulting (clone.c). A read
+ * installs it write-protected, a write makes it the clone's own at once.
+ */
+static int do_cow_fault(struct fault *f)
+{
+	void *buf = f->h->staging;
+	ssize_t n;
+	int ret;
+
+	ret = fault_cow_prepare(f);
+	if (ret)
+		return ret < 0 ? fault_poison(f, ret) : ret;
+	n = clone_read(f->r, f->off, buf, f->len, f->flags & FAULT_LOCKED);
+	if (n == FAULTD_RETRY)
+		return FAULTD_RETRY;
+	if (n < 0) {
+		fault_commit(f, ST_NR);
+		return fault_poison(f, (int)n);
+	}
+	clone_own(f->r, f->off);
+	fault_commit(f, (f->flags & FAULT_WRITE) ? ST_COW : ST_COW_READS);
+	return fault_copy(f, buf);
 }
 
 /* handle_region_fault() - resolve a fault in a region the caller holds. */
@@ -374,6 +429,8 @@ static int handle_region_fault(struct fault *f)
 		return do_heap_fault(f);
 	if (f->r->cache)
 		return do_base_fault(f);
+	if (f->r->cow)
+		return do_cow_fault(f);
 	return do_missing_fault(f);
 }
 

@@ -83,6 +83,10 @@ enum stat_item {
 	ST_PAGER_FILLS,
 	ST_MAPPED,
 	ST_WP,
+	ST_COW,
+	ST_COW_READS,
+	ST_COW_PREPARE,
+	ST_COW_SAVED,
 	ST_FAST,
 	ST_RETRY,
 	ST_ABORT,
@@ -299,6 +303,14 @@ struct faultd_region {
 	pthread_rwlock_t dirty_lock; /* read: set+unprotect; write: collect */
 	_Atomic uint64_t *dirty;     /* sync mode: a bit per page */
 	size_t dirty_words;
+	bool wp_registered;	     /* UFFDIO_REGISTER_MODE_WP is on */
+
+	/* Copy-on-write clones (clone.c) */
+	struct snapshot *snaps;	     /* as a parent: one per live child */
+	struct snapshot *cow;	     /* as a generic clone: its parent's */
+	/* The child's private page state (anon_vma): the pages it has its
+	 * own copy of. Allocated by the first COW fault, under map_lock. */
+	_Atomic uint64_t *_Atomic cow_own;
 
 	/* One per handler thread of the group, indexed by handler slot. */
 	unsigned int nr_stats;
@@ -323,6 +335,8 @@ void mem_unmap(struct faultd_region *r);
 int mem_grow(struct faultd_region *r, size_t old_len, size_t len);
 void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);
 int mem_discard(struct faultd_region *r, uint64_t off, size_t len);
+int mem_freeze(struct faultd_region *r);
+int mem_reregister(struct faultd_region *r);
 void region_read_unlock(struct faultd_region *r);
 
 /* ------------------------------------------------------------------------
@@ -350,6 +364,31 @@ int base_claim(struct page_state *s, bool minor, bool *was_stale);
 void base_release(struct page_state *s, int32_t state);
 void base_mark_stale(struct region_base *b, uint64_t off, size_t len);
 void base_forget(struct region_base *b, uint64_t off, size_t len);
+
+/* ------------------------------------------------------------------------
+ * clone.c - copy-on-write clones.
+ */
+
+/* How a region is created inside the library (NULL: from the options). */
+struct region_init {
+	enum region_kind kind;
+	struct region_base *cache; /* a reference, taken over */
+	int memfd;		   /* owned, taken over */
+	struct pager_ref *pager;   /* a reference, taken over */
+	bool wp_registered;
+};
+
+int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
+		  const struct region_init *init, struct faultd_region **rp);
+bool clone_prepared(struct faultd_region *child);
+int clone_prepare_locked(struct faultd_region *child);
+ssize_t clone_read(struct faultd_region *child, uint64_t off, void *buf,
+		   size_t len, bool locked);
+void clone_own(struct faultd_region *child, uint64_t off);
+unsigned int clone_save_before_write(struct faultd_region *parent,
+				     uint64_t off, const void *old, size_t len);
+void clone_parent_destroy(struct faultd_region *parent);
+void clone_child_destroy_locked(struct faultd_region *child);
 
 /* ------------------------------------------------------------------------
  * dirty.c - write-protection and dirty tracking.

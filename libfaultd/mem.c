@@ -77,20 +77,28 @@ static int mmap_flags(const struct faultd_region *r)
 	case REGION_MEMFD:
 	case REGION_MEMFD_HUGETLB:
 		return MAP_SHARED;
+	case REGION_MEMFD_PRIVATE:
+		return MAP_PRIVATE;
 	default:
 		return MAP_PRIVATE | MAP_ANONYMOUS;
 	}
 }
 
-static uint64_t register_mode(const struct faultd_region *r)
+/* Regions with a page-cache base also take minor faults. */
+static uint64_t register_mode(const struct faultd_region *r, bool base)
 {
 	uint64_t mode = UFFDIO_REGISTER_MODE_MISSING;
 
-	if (r->kind == REGION_MEMFD_HUGETLB || r->kind == REGION_MEMFD_PRIVATE)
+	if (base)
 		mode |= UFFDIO_REGISTER_MODE_MINOR;
-	if (r->wp_mode != WP_NONE)
+	if (r->wp_registered)
 		mode |= UFFDIO_REGISTER_MODE_WP;
 	return mode;
+}
+
+static bool has_base(const struct faultd_region *r)
+{
+	return r->kind == REGION_MEMFD_HUGETLB || r->kind == REGION_MEMFD_PRIVATE;
 }
 
 /* Give [off, off + len) back to the reservation: memory freed, unmapped. */
@@ -118,7 +126,7 @@ static int populate(struct faultd_region *r, size_t off, size_t len)
 	if (r->flags & FAULTD_REGION_THP)
 		madvise(at, len, MADV_HUGEPAGE);
 	ret = uffd_register(r->group->uffd, (uintptr_t)at, len,
-			    register_mode(r), NULL);
+			    register_mode(r, has_base(r)), NULL);
 	/* Async tracking starts protected: the kernel marks first writes. */
 	if (!ret && r->wp_mode == WP_ASYNC)
 		ret = uffd_writeprotect(r->group->uffd, (uintptr_t)at, len,
@@ -131,7 +139,11 @@ err:
 	return ret;
 }
 
-/* mem_map() - reserve, back and register the region at @addr (or anywhere). */
+/*
+ * mem_map() - reserve, back and register the region at @addr (or
+ * anywhere). The memfd and page-cache base it creates belong to the region
+ * (released with it, also on failure here).
+ */
 int mem_map(struct faultd_region *r, void *addr)
 {
 	size_t len = atomic_load(&r->len);
@@ -140,44 +152,73 @@ int mem_map(struct faultd_region *r, void *addr)
 	ret = reserve_va(addr, r->max_len, r->page_size, &r->base);
 	if (ret < 0)
 		return ret;
-	if (r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) {
+	if ((r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) &&
+	    r->memfd < 0)
 		ret = memfd_open(r, len);
-		if (ret < 0)
-			goto err_unreserve;
-	}
-	if (r->kind == REGION_MEMFD_HUGETLB) {
+	if (!ret && r->kind == REGION_MEMFD_HUGETLB && !r->cache)
 		ret = base_create(r);
-		if (ret < 0)
-			goto err_memfd;
-	}
-	ret = populate(r, 0, len);
+	if (!ret)
+		ret = populate(r, 0, len);
 	if (ret < 0)
-		goto err_base;
-	return 0;
-
-err_base:
-	if (r->cache) { /* the base owns the memfd now */
-		r->memfd = dup(r->memfd);
-		base_put(r->cache);
-		r->cache = NULL;
-	}
-err_memfd:
-	if (r->memfd >= 0)
-		close(r->memfd);
-	r->memfd = -1;
-err_unreserve:
-	munmap((void *)r->base, r->max_len);
+		munmap((void *)r->base, r->max_len);
 	return ret;
 }
 
 void mem_unmap(struct faultd_region *r)
 {
 	munmap((void *)r->base, r->max_len);
-	if (r->memfd >= 0 && !(r->cache && r->cache->memfd == r->memfd))
-		close(r->memfd);
-	r->memfd = -1;
-	base_put(r->cache);
-	r->cache = NULL;
+}
+
+/* mem_reregister() - register the region again, e.g. with WP added. */
+int mem_reregister(struct faultd_region *r)
+{
+	bool wp = r->wp_registered;
+	int ret;
+
+	r->wp_registered = true;
+	ret = uffd_register(r->group->uffd, r->base, atomic_load(&r->len),
+			    register_mode(r, has_base(r)), NULL);
+	if (ret < 0)
+		r->wp_registered = wp;
+	return ret;
+}
+
+/*
+ * mem_freeze() - replace a memfd region's shared mapping by a private view
+ * of the same memfd, registered for minor faults, without a moment in
+ * which the range is unregistered: the view is made and registered
+ * elsewhere, then moved into place. The registration survives the move
+ * because the group's userfaultfd has EVENT_REMAP, and the move waits
+ * until a handler has read that event: the caller holds no lock.
+ */
+int mem_freeze(struct faultd_region *r)
+{
+	size_t len = atomic_load(&r->len);
+	uintptr_t tmp;
+	void *p;
+	int ret;
+
+	ret = reserve_va(NULL, len, r->page_size, &tmp);
+	if (ret < 0)
+		return ret;
+	if (mmap((void *)tmp, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_FIXED, r->memfd, 0) == MAP_FAILED) {
+		ret = -errno;
+		goto err;
+	}
+	madvise((void *)tmp, len, MADV_DONTFORK);
+	ret = uffd_register(r->group->uffd, tmp, len, register_mode(r, true),
+			    NULL);
+	if (ret < 0)
+		goto err;
+	p = mremap((void *)tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+		   (void *)r->base);
+	if (p != MAP_FAILED)
+		return 0;
+	ret = -errno;
+err:
+	munmap((void *)tmp, len);
+	return ret;
 }
 
 /* Extend the reservation in place to @len bytes, or -ENOMEM. */
@@ -234,7 +275,8 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len)
  * Private memory is zapped (its pages freed). shmem pages are punched out of
  * the file, since zapping the mapping alone would leave them in the page
  * cache. memfd-hugetlb pages are zapped but stay in the page cache, marked
- * stale: the next fault clears or refills them in place.
+ * stale: the next fault clears or refills them in place. A frozen view
+ * drops its private copies: the next fault maps the base's page again.
  */
 int mem_discard(struct faultd_region *r, uint64_t off, size_t len)
 {
@@ -246,6 +288,8 @@ int mem_discard(struct faultd_region *r, uint64_t off, size_t len)
 		ret = fallocate(r->memfd,
 				FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				(off_t)off, (off_t)len);
+		if (!ret && r->cache) /* a freeze that did not complete */
+			base_forget(r->cache, off, len);
 		break;
 	case REGION_MEMFD_HUGETLB:
 		ret = madvise(p, len, MADV_DONTNEED);

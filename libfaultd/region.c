@@ -117,9 +117,14 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 	return 0;
 }
 
+/* Free @r and what it owns; its memory is unmapped (or never was). */
 static void region_free(struct faultd_region *r)
 {
 	pager_put(r->pager);
+	base_put(r->cache);
+	if (r->memfd >= 0)
+		close(r->memfd);
+	free((void *)atomic_load(&r->cow_own));
 	free(r->stats);
 	free((void *)r->dirty);
 	pthread_rwlock_destroy(&r->dirty_lock);
@@ -127,14 +132,29 @@ static void region_free(struct faultd_region *r)
 	free(r);
 }
 
+/* Take over what a library-internal creation hands to the region. */
+static void region_take_init(struct faultd_region *r,
+			     const struct region_init *init)
+{
+	r->kind = init->kind;
+	r->cache = init->cache;
+	r->memfd = init->memfd;
+	r->pager = init->pager;
+	r->wp_registered = init->wp_registered;
+}
+
 static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 					  const struct faultd_region_opts *o,
+					  const struct region_init *init,
 					  size_t ps)
 {
 	struct faultd_region *r = calloc(1, sizeof(*r));
 
 	if (!r)
 		return NULL;
+	r->memfd = -1;
+	if (init)
+		region_take_init(r, init);
 	if (rwlock_init_writer_pref(&r->lock) < 0) {
 		free(r);
 		return NULL;
@@ -142,18 +162,19 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	pthread_rwlock_init(&r->dirty_lock, NULL);
 	r->ctx = ctx;
 	r->flags = o->flags;
-	r->kind = kind_of(o->flags);
+	if (!init)
+		r->kind = kind_of(o->flags);
 	r->page_size = ps;
-	r->memfd = -1;
 	atomic_init(&r->len, o->length);
 	r->max_len = o->max_length > o->length ? o->max_length : o->length;
-	if (o->pager && !(r->pager = pager_ref_new(o->pager))) {
+	if (!init && o->pager && !(r->pager = pager_ref_new(o->pager))) {
 		region_free(r);
 		return NULL;
 	}
 	r->wp_mode = (o->flags & FAULTD_REGION_WP)	 ? WP_SYNC
 		     : (o->flags & FAULTD_REGION_WP_ASYNC) ? WP_ASYNC
 							   : WP_NONE;
+	r->wp_registered |= r->wp_mode != WP_NONE;
 	r->write_hook = o->write_hook;
 	r->hook_arg = o->hook_arg;
 	if (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) {
@@ -231,41 +252,49 @@ static void region_unlink_locked(struct faultd_region *r)
 	*pg = r->group->next;
 }
 
-FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
-				       const struct faultd_region_opts *opts,
-				       struct faultd_region **regionp)
+/* Release what a library-internal creation handed over, on failure. */
+static void region_init_release(const struct region_init *init)
 {
-	struct faultd_region_opts o;
+	if (!init)
+		return;
+	base_put(init->cache);
+	pager_put(init->pager);
+	if (init->memfd >= 0)
+		close(init->memfd);
+}
+
+/*
+ * region_create() - create a region from checked options; @init (may be
+ * NULL) is what the library hands over for a clone. On failure everything
+ * @init handed over is released.
+ */
+int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
+		  const struct region_init *init, struct faultd_region **rp)
+{
 	struct region_map *old = NULL;
 	struct faultd_region *r;
 	long ps;
 	int ret;
 
-	if (!ctx || !opts || !regionp)
-		return -EINVAL;
-	ret = opts_copy(&o, sizeof(o), opts,
-			offsetof(struct faultd_region_opts, name) +
-				sizeof(o.name));
-	/* (page_size, after name, is optional for callers built before it) */
-	if (ret < 0)
+	ps = region_page_size(ctx, o);
+	ret = ps < 0 ? (int)ps : region_opts_check(ctx, o, (size_t)ps);
+	if (!ret && in_handler_of(ctx))
+		ret = -EDEADLK;
+	if (ret < 0) {
+		region_init_release(init);
 		return ret;
-	ps = region_page_size(ctx, &o);
-	if (ps < 0)
-		return (int)ps;
-	ret = region_opts_check(ctx, &o, (size_t)ps);
-	if (ret < 0)
-		return ret;
-	if (in_handler_of(ctx))
-		return -EDEADLK;
-	r = region_alloc(ctx, &o, (size_t)ps);
-	if (!r)
+	}
+	r = region_alloc(ctx, o, init, (size_t)ps);
+	if (!r) {
+		region_init_release(init);
 		return -ENOMEM;
-	ret = region_attach_group(r, &o);
+	}
+	ret = region_attach_group(r, o);
 	if (ret < 0)
 		goto err_group;
 
 	map_write_lock(ctx);
-	ret = mem_map(r, o.addr);
+	ret = mem_map(r, o->addr);
 	if (ret < 0)
 		goto err_unlock;
 	ret = map_insert_locked(ctx, r, &old);
@@ -275,7 +304,7 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 	map_write_unlock(ctx);
 
 	map_free_after_gp(old);
-	*regionp = r;
+	*rp = r;
 	return 0;
 
 err_unmap:
@@ -286,6 +315,24 @@ err_group:
 	region_detach_group(r);
 	region_free(r);
 	return ret;
+}
+
+FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
+				       const struct faultd_region_opts *opts,
+				       struct faultd_region **regionp)
+{
+	struct faultd_region_opts o;
+	int ret;
+
+	if (!ctx || !opts || !regionp)
+		return -EINVAL;
+	/* Fields after name are optional for callers built before them. */
+	ret = opts_copy(&o, sizeof(o), opts,
+			offsetof(struct faultd_region_opts, name) +
+				sizeof(o.name));
+	if (ret < 0)
+		return ret;
+	return region_create(ctx, &o, NULL, regionp);
 }
 
 /*
@@ -325,9 +372,11 @@ FAULTD_EXPORT int faultd_region_destroy(struct faultd_region *r)
 	g = r->group;
 	if (in_handler_of(ctx))
 		return -EDEADLK;
+	clone_parent_destroy(r);
 	len = atomic_load(&r->len);
 	map_write_lock(ctx);
 	old = region_kill_locked(r);
+	clone_child_destroy_locked(r);
 	map_write_unlock(ctx);
 
 	/* Threads still asleep on a fault here now get SIGSEGV. */
@@ -392,7 +441,12 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 	map_write_lock(ctx);
 	pthread_rwlock_wrlock(&r->lock);
 	old_len = atomic_load(&r->len);
-	ret = region_resize_locked(r, old_len, len);
+	if (r->snaps || r->cow)
+		ret = -EBUSY; /* clones read the parent as it was */
+	else if (r->kind == REGION_MEMFD_PRIVATE)
+		ret = -EOPNOTSUPP; /* frozen: the base does not change */
+	else
+		ret = region_resize_locked(r, old_len, len);
 	pthread_rwlock_unlock(&r->lock);
 	map_write_unlock(ctx);
 	/* Threads asleep on a fault in the cut tail get SIGSEGV. */
@@ -412,8 +466,14 @@ FAULTD_EXPORT int faultd_region_discard(struct faultd_region *r,
 		return -EINVAL;
 	pthread_rwlock_rdlock(&r->lock);
 	cur = atomic_load(&r->len);
-	ret = off < cur && len <= cur - off ? mem_discard(r, off, len)
-					     : -EINVAL;
+	if (off >= cur || len > cur - off)
+		ret = -EINVAL;
+	else if (r->snaps)
+		ret = -EBUSY;
+	else if (r->cow)
+		ret = -EOPNOTSUPP;
+	else
+		ret = mem_discard(r, off, len);
 	pthread_rwlock_unlock(&r->lock);
 	return ret;
 }

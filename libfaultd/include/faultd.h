@@ -367,6 +367,56 @@ ssize_t faultd_region_dirty(struct faultd_region *region, uint64_t offset,
 			    size_t len, uint64_t *bitmap);
 
 /*
+ * Clones: copy-on-write children of a region.
+ */
+struct faultd_clone_opts {
+	size_t size;		/* sizeof(struct faultd_clone_opts) */
+	uint64_t flags;		/* FAULTD_REGION_WP, or 0 */
+	struct faultd_ctx *ctx;	/* NULL or the parent's: clones stay in it */
+	unsigned int handler_threads; /* 0: the context's default */
+	const char *name;
+	faultd_write_hook write_hook; /* with FAULTD_REGION_WP */
+	void *hook_arg;
+};
+
+/*
+ * faultd_region_clone() - a region that reads @parent's content as of this
+ * call; the first write to a page gives the child its own copy; later
+ * writes to the parent are not seen by the child and the child's writes
+ * never reach the parent. Two implementations:
+ *
+ * - A FAULTD_REGION_MEMFD parent shares its pages with the child. The
+ *   first clone freezes the memfd as the base: parent and child become
+ *   private views of it (faults map the page-cache page read-only with
+ *   UFFDIO_CONTINUE; the kernel copies a page on its first write). The
+ *   parent's later writes go to private pages of its own, so it can no
+ *   longer be resized; discard returns a page to its frozen content. A
+ *   frozen region can be cloned again (more children of the same base)
+ *   while it has no pages of its own yet; otherwise -EBUSY.
+ * - Any other 4 KiB anonymous parent is copied page by page on first
+ *   touch: the child's read installs the parent's content write-protected
+ *   (cow_reads), its first write makes the page its own (cow_faults). The
+ *   parent copies before it writes: from the clone on, it is write-
+ *   protected, and its first write to each page saves the old content for
+ *   the child (cow_saved) unless the child has its own copy. While it has
+ *   clones the parent cannot be resized or discarded (-EBUSY); destroying
+ *   it first saves every page its clones still need. The child's private
+ *   page state is allocated by its first fault, under the context lock
+ *   (cow_prepare, like anon_vma_prepare()); later faults need only its
+ *   region lock. A clone cannot be discarded (-EOPNOTSUPP).
+ *
+ * Returns 0 and the child in *childp, or -EINVAL (NULL, bad options),
+ * -EXDEV (opts->ctx is not the parent's), -EOPNOTSUPP (hugetlb parents,
+ * parents with WP_ASYNC tracking, kernels without MINOR faults on shmem
+ * for memfd parents), -EBUSY (see above), -ENOMEM, or the errors of
+ * faultd_region_create().
+ * Context: as faultd_region_create().
+ */
+int faultd_region_clone(struct faultd_region *parent,
+			const struct faultd_clone_opts *opts,
+			struct faultd_region **childp);
+
+/*
  * faultd_region_memfd() - the memfd behind a FAULTD_REGION_MEMFD region
  * (owned by the region; dup() it to keep it), or -EINVAL.
  * Pages of the memfd touched through another mapping are filled by the
@@ -425,6 +475,12 @@ struct faultd_stats {
 	uint64_t mapped;	/* resolved by mapping a page already in the
 				   page cache (UFFDIO_CONTINUE) */
 	uint64_t wp_faults;	/* write-protect faults (first writes) */
+	uint64_t cow_faults;	/* clone: writes that got a private copy */
+	uint64_t cow_reads;	/* clone: reads of the parent's content */
+	uint64_t cow_prepare;	/* clone: private page state allocated (once
+				   per clone, under the context lock) */
+	uint64_t cow_saved;	/* parent: pages saved for a clone before
+				   a write changed them */
 	uint64_t fast;		/* resolved under the region lock alone */
 	uint64_t retry;		/* fast path needed the context lock */
 	uint64_t abort;		/* region try-lock failed (being changed) */

@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * clone.c - copy-on-write clones of regions.
+ *
+ * A memfd parent shares its pages: the first clone freezes the memfd as a
+ * page-cache base (base.c) and turns the parent into a private view of it,
+ * like the child; the kernel copies a page on its first write.
+ *
+ * Any other parent is copied page by page, and must not change what its
+ * clone will read: this is "copy before write". At the clone the parent is
+ * write-protected; before a write lands on one of its pages, the old
+ * content is saved into the clone's snapshot (a sparse memfd) unless the
+ * child already has its own copy. A child's fault reads its page as of the
+ * clone without taking any fault itself (source_read()): from the parent's
+ * page tables when the page is present, otherwise from what the parent
+ * would have produced (its pager, its own snapshot, or zeros), then takes
+ * the saved copy instead if the parent saved one meanwhile. So a child's
+ * handler never waits for the parent's handlers.
+ *
+ * Locking: parent->snaps changes under map_lock (write) and the parent's
+ * lock (write), and is read under the parent's lock or map_lock (read).
+ * snapshot->parent becomes NULL, when the parent goes, under map_lock and
+ * the child's lock (write). A snapshot's page is saved or read under its
+ * stripe lock, which nests inside region locks and takes no fault.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SNAP_LOCKS 64
+
+struct snapshot {
+	struct faultd_region *parent; /* NULL once the parent is gone */
+	struct faultd_region *child;
+	int memfd;		      /* saved pages, at their offsets */
+	size_t npages, page_size;
+	_Atomic uint64_t *saved;      /* saved before the parent changed it */
+	_Atomic uint64_t *lost;	      /* saving failed: the child poisons */
+	pthread_mutex_t locks[SNAP_LOCKS];
+	struct snapshot *next;	      /* in parent->snaps */
+};
+
+static bool test_bit(_Atomic uint64_t *b, size_t i)
+{
+	return atomic_load_explicit(&b[i / 64], memory_order_acquire) &
+	       (1ull << (i % 64));
+}
+
+static void set_bit(_Atomic uint64_t *b, size_t i)
+{
+	atomic_fetch_or_explicit(&b[i / 64], 1ull << (i % 64),
+				 memory_order_release);
+}
+
+static _Atomic uint64_t *bitmap_new(size_t n)
+{
+	return calloc((n + 63) / 64, sizeof(uint64_t));
+}
+
+static pthread_mutex_t *snap_lock(struct snapshot *s, size_t pg)
+{
+	return &s->locks[pg % SNAP_LOCKS];
+}
+
+static void snap_free(struct snapshot *s)
+{
+	if (!s)
+		return;
+	if (s->memfd >= 0)
+		close(s->memfd);
+	for (int i = 0; i < SNAP_LOCKS; i++)
+		pthread_mutex_destroy(&s->locks[i]);
+	free((void *)s->saved);
+	free((void *)s->lost);
+	free(s);
+}
+
+static struct snapshot *snap_new(const struct faultd_region *parent)
+{
+	struct snapshot *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->page_size = parent->page_size;
+	s->npages = atomic_load(&parent->len) / parent->page_size;
+	s->memfd = memfd_create("faultd:snapshot", MFD_CLOEXEC);
+	s->saved = bitmap_new(s->npages);
+	s->lost = bitmap_new(s->npages);
+	for (int i = 0; i < SNAP_LOCKS; i++)
+		pthread_mutex_init(&s->locks[i], NULL);
+	if (s->memfd < 0 || !s->saved || !s->lost ||
+	    ftruncate(s->memfd, (off_t)(s->npages * s->page_size)) < 0) {
+		snap_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static bool child_owns(struct snapshot *s, size_t pg)
+{
+	_Atomic uint64_t *own = atomic_load(&s->child->cow_own);
+
+	return own && test_bit(own, pg);
+}
+
+/* ------------------------------------------------------------------------
+ * Reading a page as of the clone, without taking a fault.
+ */
+
+/* 1 if @r's page at @off is in memory or swap, 0 if not, or -errno. */
+static int page_present(const struct faultd_region *r, uint64_t off)
+{
+	uint64_t e;
+	off_t at = (off_t)((r->base + off) / (uintptr_t)r->ctx->page_size * 8);
+
+	if (pread(r->ctx->pagemap_fd, &e, sizeof(e), at) != sizeof(e))
+		return -EIO;
+	return (e >> 63) & 1 || (e >> 62) & 1;
+}
+
+/* Copy present memory of this process; a poisoned page gives -EFAULT. */
+static ssize_t read_present(uintptr_t addr, void *buf, size_t len)
+{
+	struct iovec local = { .iov_base = buf, .iov_len = len };
+	struct iovec remote = { .iov_base = (void *)addr, .iov_len = len };
+	ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)len ? n : -EFAULT;
+}
+
+static ssize_t snap_read(struct snapshot *s, uint64_t off, void *buf,
+			 size_t len, bool locked);
+
+/*
+ * source_read() - what @r holds at @off, or would produce on a fault:
+ * present memory, its own clone content, its pager, or zeros. Returns the
+ * bytes, FAULTD_RETRY (an unaudited pager needs the context lock), or
+ * -errno. Context: @r cannot go away (see the file comment).
+ */
+static ssize_t source_read(struct faultd_region *r, uint64_t off, void *buf,
+			   size_t len, bool locked)
+{
+	int present = page_present(r, off);
+	ssize_t n;
+
+	if (present < 0)
+		return present;
+	if (present)
+		return read_present(r->base + off, buf, len);
+	if (r->cow)
+		return snap_read(r->cow, off, buf, len, locked);
+	if (!r->pager) {
+		faultd_clear(buf, len);
+		return (ssize_t)len;
+	}
+	if (!pager_concurrent(r->pager) && !locked)
+		return FAULTD_RETRY;
+	n = pager_call_fill(r, r->pager, off, buf, len);
+	if (n >= 0 && (size_t)n < len)
+		faultd_clear((char *)buf + n, len - (size_t)n);
+	return n < 0 ? n : (ssize_t)len;
+}
+
+/*
+ * snap_read() - the page at @off as of the clone. The parent's current
+ * page is read first, without the page's lock (it may call a pager); if
+ * the parent saved the page meanwhile, the saved copy wins. A parent write
+ * cannot land unsaved: it saves first, under the lock.
+ */
+static ssize_t snap_read(struct snapshot *s, uint64_t off, void *buf,
+			 size_t len, bool locked)
+{
+	size_t pg = off / s->page_size;
+	ssize_t n = -EIO;
+
+	if (!test_bit(s->saved, pg) && s->parent)
+		n = source_read(s->parent, off, buf, len, locked);
+	if (n == FAULTD_RETRY)
+		return n;
+	pthread_mutex_lock(snap_lock(s, pg));
+	if (test_bit(s->lost, pg))
+		n = -EIO;
+	else if (test_bit(s->saved, pg))
+		n = pread(s->memfd, buf, len, (off_t)off) == (ssize_t)len
+			    ? (ssize_t)len
+			    : -EIO;
+	pthread_mutex_unlock(snap_lock(s, pg));
+	return n;
+}
+
+ssize_t clone_read(struct faultd_region *child, uint64_t off, void *buf,
+		   size_t len, bool locked)
+{
+	return snap_read(child->cow, off, buf, len, locked);
+}
+
+/* ------------------------------------------------------------------------
+ * The child's private state, and the parent's copy before write.
+ */
+
+bool clone_prepared(struct faultd_region *child)
+{
+	return atomic_load_explicit(&child->cow_own, memory_order_acquire);
+}
+
+/*
+ * clone_prepare_locked() - allocate the child's private page state, like
+ * anon_vma_prepare(). Returns 1 if this call allocated it, 0 if another
+ * did, -ENOMEM. Context: map_lock held (for reading, so two handlers may
+ * race here: the first to publish wins).
+ */
+int clone_prepare_locked(struct faultd_region *child)
+{
+	_Atomic uint64_t *own = bitmap_new(child->cow->npages);
+	_Atomic uint64_t *none = NULL;
+
+	if (!own)
+		return -ENOMEM;
+	if (atomic_compare_exchange_strong(&child->cow_own, &none, own))
+		return 1;
+	free((void *)own);
+	return 0;
+}
+
+void clone_own(struct faultd_region *child, uint64_t off)
+{
+	set_bit(atomic_load(&child->cow_own), off / child->page_size);
+}
+
+/* Save the page's old content for @s, unless it has it or needs none. */
+static bool snap_save(struct snapshot *s, uint64_t off, const void *old,
+		      size_t len, struct faultd_region *parent)
+{
+	size_t pg = off / s->page_size;
+	bool saved = false;
+
+	if (pg >= s->npages || test_bit(s->saved, pg) || child_owns(s, pg))
+		return false;
+	pthread_mutex_lock(snap_lock(s, pg));
+	if (!test_bit(s->saved, pg) && !child_owns(s, pg)) {
+		if (pwrite(s->memfd, old, len, (off_t)off) == (ssize_t)len) {
+			saved = true;
+		} else {
+			fd_err(parent->ctx, "%s: cannot save offset %#llx for "
+			       "a clone: the clone's page is poisoned",
+			       parent->name, (unsigned long long)off);
+			set_bit(s->lost, pg);
+		}
+		set_bit(s->saved, pg);
+	}
+	pthread_mutex_unlock(snap_lock(s, pg));
+	return saved;
+}
+
+/*
+ * clone_save_before_write() - a write is about to change @parent's page at
+ * @off, whose content is @old: save it for every clone that may need it.
+ * Returns the number of copies made.
+ * Context: a handler thread holding @parent's lock or map_lock (read).
+ */
+unsigned int clone_save_before_write(struct faultd_region *parent,
+				     uint64_t off, const void *old, size_t len)
+{
+	unsigned int n = 0;
+
+	for (struct snapshot *s = parent->snaps; s; s = s->next)
+		n += snap_save(s, off, old, len, parent);
+	return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Lifetimes.
+ */
+
+/*
+ * clone_parent_destroy() - the parent is going: save every page its clones
+ * still read from it, then detach them.
+ * Context: faultd_region_destroy(), before the parent leaves the map; the
+ * context lock is taken here (for reading while saving, so that unaudited
+ * pagers may be called; for writing to detach).
+ */
+void clone_parent_destroy(struct faultd_region *parent)
+{
+	void *buf;
+
+	if (!parent->snaps)
+		return;
+	buf = aligned_alloc(parent->page_size, parent->page_size);
+	map_read_lock(parent->ctx);
+	for (struct snapshot *s = parent->snaps; s && buf; s = s->next)
+		for (size_t pg = 0; pg < s->npages; pg++) {
+			uint64_t off = pg * s->page_size;
+
+			if (test_bit(s->saved, pg) || child_owns(s, pg))
+				continue;
+			if (source_read(parent, off, buf, s->page_size, true) < 0)
+				set_bit(s->lost, pg);
+			snap_save(s, off, buf, s->page_size, parent);
+		}
+	map_read_unlock(parent->ctx);
+	free(buf);
+	map_write_lock(parent->ctx);
+	for (struct snapshot *s = parent->snaps; s; s = s->next) {
+		pthread_rwlock_wrlock(&s->child->lock);
+		s->parent = NULL;
+		pthread_rwlock_unlock(&s->child->lock);
+	}
+	parent->snaps = NULL;
+	map_write_unlock(parent->ctx);
+}
+
+/*
+ * clone_child_destroy_locked() - the child is gone: take its snapshot off
+ * its parent's list and free it.
+ * Context: map_lock held for writing; the child is dead.
+ */
+void clone_child_destroy_locked(struct faultd_region *child)
+{
+	struct snapshot *s = child->cow, **ps;
+
+	if (!s)
+		return;
+	if (s->parent) {
+		pthread_rwlock_wrlock(&s->parent->lock);
+		for (ps = &s->parent->snaps; *ps != s; ps = &(*ps)->next)
+			;
+		*ps = s->next;
+		pthread_rwlock_unlock(&s->parent->lock);
+	}
+	child->cow = NULL;
+	snap_free(s);
+}
+
+/* ------------------------------------------------------------------------
+ * Creating clones.
+ */
+
+/* Does a frozen view hold pages of its own (written since the freeze)? */
+static int has_private_pages(const struct faultd_region *r)
+{
+	struct page_region v;
+	struct pm_scan_arg a = {
+		.size = sizeof(a),
+		.start = r->base,
+		.end = r->base + atomic_load(&r->len),
+		.vec = (uintptr_t)&v,
+		.vec_len = 1,
+		.max_pages = 1,
+		.category_inverted = PAGE_IS_FILE,
+		.category_mask = PAGE_IS_PRESENT | PAGE_IS_FILE,
+		.return_mask = PAGE_IS_PRESENT,
+	};
+	int n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
+
+	return n < 0 ? -errno : n > 0;
+}
+
+/*
+ * Freeze a memfd region: its memfd becomes a page-cache base and its
+ * mapping a private view of it. The view is moved into place with no lock
+ * held, because the region's handlers must read the REMAP event for the
+ * move to finish; faults meanwhile go through the base already.
+ */
+static int clone_freeze(struct faultd_region *p)
+{
+	struct faultd_ctx *ctx = p->ctx;
+	int ret;
+
+	map_write_lock(ctx);
+	pthread_rwlock_wrlock(&p->lock);
+	ret = base_create(p);
+	pthread_rwlock_unlock(&p->lock);
+	map_write_unlock(ctx);
+	if (ret < 0)
+		return ret;
+	ret = mem_freeze(p);
+	if (ret < 0)
+		return ret;
+	map_write_lock(ctx);
+	pthread_rwlock_wrlock(&p->lock);
+	p->kind = REGION_MEMFD_PRIVATE;
+	pthread_rwlock_unlock(&p->lock);
+	map_write_unlock(ctx);
+	return 0;
+}
+
+static void child_opts(const struct faultd_region *parent,
+		       const struct faultd_clone_opts *c,
+		       struct faultd_region_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->flags = c->flags;
+	o->length = atomic_load(&parent->len);
+	o->handler_threads = c->handler_threads;
+	o->name = c->name ? c->name : "clone";
+	o->write_hook = c->write_hook;
+	o->hook_arg = c->hook_arg;
+}
+
+/* The memfd path: parent and child share the frozen base's pages. */
+static int clone_shared(struct faultd_region *p, const struct faultd_clone_opts *c,
+			struct faultd_region **childp)
+{
+	struct region_init init = { .kind = REGION_MEMFD_PRIVATE,
+				    .wp_registered = c->flags & FAULTD_REGION_WP };
+	struct faultd_region_opts o;
+	int ret;
+
+	if (!(uffd_have() & FAULTD_HAVE_MINOR_SHMEM) || p->wp_mode == WP_ASYNC)
+		return -EOPNOTSUPP;
+	if (p->kind == REGION_MEMFD)
+		ret = clone_freeze(p);
+	else
+		ret = has_private_pages(p) ? -EBUSY : 0;
+	if (ret < 0)
+		return ret;
+	init.cache = base_get(p->cache);
+	init.memfd = dup(p->cache->memfd);
+	init.pager = pager_get(p->cache->pager);
+	child_opts(p, c, &o);
+	return region_create(p->ctx, &o, &init, childp);
+}
+
+/*
+ * The copy path. The parent gains write protection if it had none, is
+ * protected as a whole, and carries the child's snapshot from then on.
+ */
+static int clone_copy(struct faultd_region *p, const struct faultd_clone_opts *c,
+		      struct faultd_region **childp)
+{
+	struct region_init init = { .kind = REGION_ANON,
+				    .memfd = -1,
+				    .wp_registered = true };
+	struct faultd_region_opts o;
+	struct faultd_region *child;
+	struct snapshot *s = snap_new(p);
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	child_opts(p, c, &o);
+	ret = region_create(p->ctx, &o, &init, &child);
+	if (ret < 0) {
+		snap_free(s);
+		return ret;
+	}
+	map_write_lock(p->ctx);
+	pthread_rwlock_wrlock(&p->lock);
+	ret = p->wp_registered ? 0 : mem_reregister(p);
+	if (!ret)
+		ret = uffd_writeprotect(p->group->uffd, p->base,
+					atomic_load(&p->len), true);
+	if (!ret) {
+		s->parent = p;
+		s->child = child;
+		s->next = p->snaps;
+		p->snaps = s;
+		child->cow = s;
+	}
+	pthread_rwlock_unlock(&p->lock);
+	map_write_unlock(p->ctx);
+	if (ret < 0) {
+		faultd_region_destroy(child);
+		snap_free(s);
+		return ret;
+	}
+	*childp = child;
+	return 0;
+}
+
+FAULTD_EXPORT int faultd_region_clone(struct faultd_region *p,
+				      const struct faultd_clone_opts *opts,
+				      struct faultd_region **childp)
+{
+	struct faultd_clone_opts c = { .size = sizeof(c) };
+	int ret;
+
+	if (!p || !childp)
+		return -EINVAL;
+	if (opts) {
+		ret = opts_copy(&c, sizeof(c), opts,
+				offsetof(struct faultd_clone_opts, flags) +
+					sizeof(c.flags));
+		if (ret < 0)
+			return ret;
+	}
+	if (c.ctx && c.ctx != p->ctx)
+		return -EXDEV;
+	if ((c.flags & ~FAULTD_REGION_WP) ||
+	    (c.write_hook && !(c.flags & FAULTD_REGION_WP)))
+		return -EINVAL;
+	if (in_handler_of(p->ctx))
+		return -EDEADLK;
+	if (p->kind == REGION_MEMFD || p->kind == REGION_MEMFD_PRIVATE)
+		return clone_shared(p, &c, childp);
+	if (p->kind != REGION_ANON || p->wp_mode == WP_ASYNC)
+		return -EOPNOTSUPP;
+	return clone_copy(p, &c, childp);
+}
