@@ -70,6 +70,9 @@ extern const struct scenario scenario_lock;
 extern const struct scenario scenario_pager;
 extern const struct scenario scenario_clear;
 extern const struct scenario scenario_brk;
+extern const struct scenario scenario_pf2;
+extern const struct scenario scenario_pf3;
+extern const struct scenario scenario_dirty;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

@@ -26,10 +26,13 @@
 
 static const struct scenario *const scenarios[] = {
 	&scenario_pf1,
+	&scenario_pf2,
+	&scenario_pf3,
 	&scenario_lock,
 	&scenario_pager,
 	&scenario_clear,
 	&scenario_brk,
+	&scenario_dirty,
 };
 
 #define MAX_ROUNDS 64
