@@ -4,12 +4,22 @@
  * latency histograms, a context per variant, the library's counters.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "bench.h"
+
+unsigned int bench_cpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 1;
+	return (unsigned int)CPU_COUNT(&set);
+}
 
 double bench_now(void)
 {

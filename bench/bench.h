@@ -22,8 +22,8 @@
 #include "internal.h" /* stat_block and its histogram, shared with the library */
 
 #define BENCH_MAX_METRICS 4
-#define BENCH_MAX_VARIANTS 12
-#define BENCH_MAX_RATIOS 6
+#define BENCH_MAX_VARIANTS 16
+#define BENCH_MAX_RATIOS 12
 #define BENCH_MAX_THREADS 256
 
 struct bench_opts {
@@ -81,6 +81,9 @@ extern const struct scenario scenario_dirty;
 /* Start @n threads running fn(arg + i * stride) together; join them all. */
 int run_threads(unsigned int n, void *(*fn)(void *), void *args,
 		size_t stride);
+
+/* The number of CPUs this process may run on. */
+unsigned int bench_cpus(void);
 
 /* Seconds since an arbitrary start, monotonic. */
 double bench_now(void);

@@ -5,18 +5,27 @@
  * each), unmaps it, and repeats until the round's time is up. Every touch
  * is timed, so p50/p99 are the faulting thread's view of a fault.
  *
- * Variants: kernel (plain anonymous memory), uffd-minimal (a bare handler
- * loop per thread), faultd (a region per iteration, per-region locking),
- * faultd-global (the same in FAULTD_LOCK_GLOBAL mode); and with 2 MiB
- * pages: kernel-hugetlb (MAP_HUGETLB), faultd-hugetlb (anonymous hugetlb,
- * UFFDIO_COPY of zeros) and faultd-hugetlb-memfd (hugetlb memfd, page
- * allocated in place and mapped with UFFDIO_CONTINUE) and
- * faultd-hugetlb-reuse (the same region kept across passes and discarded
- * after each: its huge pages stay allocated and each fault clears one with
- * faultd_clear() instead of the kernel allocating and clearing a new one).
- * The huge pages are reserved for the run and given back.
+ * Variants, all in one run:
+ * - kernel: plain anonymous memory.
+ * - uffd-minimal: a bare handler loop per thread (bench/uffd-minimal.c),
+ *   placed by the scheduler; uffd-minimal-same-cpu: the same, with the
+ *   faulting thread and its handler pinned to one CPU.
+ * - faultd: a region per pass, the library's defaults; faultd-global: the
+ *   same in FAULTD_LOCK_GLOBAL mode.
+ * - faultd-same-cpu, faultd-per-cpu, faultd-busy-poll: handler placement
+ *   (FAULTD_PLACE_CPU with the faulting thread on that CPU too,
+ *   FAULTD_PLACE_PER_CPU, a 50 us busy poll).
+ * - faultd-sigbus: FAULTD_REGION_SAME_THREAD, no wake-up at all.
+ * - faultd-fa64k, faultd-sigbus-fa64k: 64 KiB zero-fill fault-around.
+ * - with 2 MiB pages: kernel-hugetlb (MAP_HUGETLB), faultd-hugetlb
+ *   (anonymous hugetlb, UFFDIO_COPY of zeros), faultd-hugetlb-memfd (page
+ *   allocated in place, UFFDIO_CONTINUE) and faultd-hugetlb-reuse (the
+ *   same region kept across passes and discarded after each: its pages
+ *   stay allocated and each fault clears one with faultd_clear()). The
+ *   huge pages are reserved for the run and given back.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,30 +33,68 @@
 #include "bench.h"
 #include "uffd-minimal.h"
 
-enum {
-	V_KERNEL,
-	V_MINIMAL,
-	V_FAULTD,
-	V_GLOBAL,
-	V_KERNEL_HUGE,
-	V_FAULTD_HUGE,
-	V_FAULTD_HUGE_MEMFD,
-	V_FAULTD_HUGE_REUSE,
-	NR_V
+#define HPAGE (2ul << 20)
+#define SAME_CPU (1u << 0)   /* pin each faulting thread (and handler) */
+#define HUGE (1u << 1)	     /* 2 MiB pages */
+#define REUSE (1u << 2)	     /* one region, discarded after each pass */
+
+enum kind { KERNEL, MINIMAL, FAULTD };
+
+struct pf1_variant {
+	const char *name;
+	enum kind kind;
+	unsigned int how;	 /* SAME_CPU, HUGE, REUSE */
+	unsigned int lock_mode;
+	uint64_t flags;		 /* region flags */
+	unsigned int placement;
+	unsigned int busy_poll_us;
+	size_t fault_around;
 };
 
-#define HPAGE (2ul << 20)
+static const struct pf1_variant variants[] = {
+	{ "kernel", KERNEL },
+	{ "uffd-minimal", MINIMAL },
+	{ "uffd-minimal-same-cpu", MINIMAL, SAME_CPU },
+	{ "faultd", FAULTD },
+	{ "faultd-global", FAULTD, .lock_mode = FAULTD_LOCK_GLOBAL },
+	{ "faultd-same-cpu", FAULTD, SAME_CPU, .placement = FAULTD_PLACE_CPU },
+	{ "faultd-per-cpu", FAULTD, .placement = FAULTD_PLACE_PER_CPU },
+	{ "faultd-busy-poll", FAULTD, .busy_poll_us = 50 },
+	{ "faultd-sigbus", FAULTD, .flags = FAULTD_REGION_SAME_THREAD },
+	{ "faultd-fa64k", FAULTD, .fault_around = 64 << 10 },
+	{ "faultd-sigbus-fa64k", FAULTD, .flags = FAULTD_REGION_SAME_THREAD,
+	  .fault_around = 64 << 10 },
+	{ "kernel-hugetlb", KERNEL, HUGE },
+	{ "faultd-hugetlb", FAULTD, HUGE, .flags = FAULTD_REGION_HUGETLB },
+	{ "faultd-hugetlb-memfd", FAULTD, HUGE,
+	  .flags = FAULTD_REGION_HUGETLB | FAULTD_REGION_MEMFD },
+	{ "faultd-hugetlb-reuse", FAULTD, HUGE | REUSE,
+	  .flags = FAULTD_REGION_HUGETLB | FAULTD_REGION_MEMFD },
+};
+
+enum { V_KERNEL, V_MINIMAL, V_MINIMAL_SAME, V_FAULTD, V_GLOBAL, V_SAME,
+       V_PER_CPU, V_BUSY, V_SIGBUS, V_FA, V_SIGBUS_FA, V_KHUGE, V_HUGE,
+       V_HUGE_MEMFD, V_HUGE_REUSE, NR_V };
 
 struct pf1_thread {
-	unsigned int variant;
-	size_t len;
-	size_t stride;	/* the page size: one touch per page */
+	const struct pf1_variant *v;
+	int cpu;		/* with SAME_CPU */
+	size_t len, stride;
 	double deadline;
 	struct faultd_ctx *ctx;
 	uint64_t faults;
 	int err;
 	struct lat_hist lat;
 } __attribute__((aligned(64)));
+
+static void pin_self(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
 
 static void touch_pages(struct pf1_thread *t, char *p)
 {
@@ -60,7 +107,7 @@ static void touch_pages(struct pf1_thread *t, char *p)
 	t->faults += t->len / t->stride;
 }
 
-static void *map_anon(size_t len, bool huge)
+static char *map_anon(size_t len, bool huge)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS |
@@ -73,7 +120,7 @@ static void *map_anon(size_t len, bool huge)
 static void run_kernel(struct pf1_thread *t)
 {
 	while (bench_now() < t->deadline) {
-		char *p = map_anon(t->len, t->variant == V_KERNEL_HUGE);
+		char *p = map_anon(t->len, t->v->how & HUGE);
 
 		if (!p) {
 			t->err = -ENOMEM;
@@ -88,7 +135,7 @@ static void run_minimal(struct pf1_thread *t)
 {
 	struct uffd_minimal m;
 
-	t->err = uffd_minimal_start(&m);
+	t->err = uffd_minimal_start(&m, t->cpu);
 	if (t->err)
 		return;
 	while (!t->err && bench_now() < t->deadline) {
@@ -106,93 +153,90 @@ static void run_minimal(struct pf1_thread *t)
 	uffd_minimal_stop(&m);
 }
 
+static void region_opts(const struct pf1_thread *t, struct faultd_region_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->length = t->len;
+	o->flags = t->v->flags;
+	o->placement = t->v->placement;
+	o->cpu = t->cpu < 0 ? 0 : (unsigned int)t->cpu;
+	o->busy_poll_us = t->v->busy_poll_us;
+	o->fault_around = t->v->fault_around;
+}
+
 static void run_faultd(struct pf1_thread *t)
 {
-	struct faultd_region_opts o = { .size = sizeof(o), .length = t->len };
+	struct faultd_region_opts o;
+	struct faultd_region *r = NULL;
 
-	if (t->variant == V_FAULTD_HUGE)
-		o.flags = FAULTD_REGION_HUGETLB;
-	if (t->variant == V_FAULTD_HUGE_MEMFD)
-		o.flags = FAULTD_REGION_HUGETLB | FAULTD_REGION_MEMFD;
-
-	while (bench_now() < t->deadline) {
-		struct faultd_region *r;
-
+	region_opts(t, &o);
+	if (t->v->how & REUSE)
 		t->err = faultd_region_create(t->ctx, &o, &r);
+	while (!t->err && bench_now() < t->deadline) {
+		if (!(t->v->how & REUSE))
+			t->err = faultd_region_create(t->ctx, &o, &r);
 		if (t->err)
 			return;
 		touch_pages(t, faultd_region_base(r));
+		if (t->v->how & REUSE)
+			t->err = faultd_region_discard(r, 0, t->len);
+		else
+			faultd_region_destroy(r);
+	}
+	if (t->v->how & REUSE)
 		faultd_region_destroy(r);
-	}
-}
-
-static void run_faultd_reuse(struct pf1_thread *t)
-{
-	struct faultd_region_opts o = {
-		.size = sizeof(o),
-		.flags = FAULTD_REGION_HUGETLB | FAULTD_REGION_MEMFD,
-		.length = t->len,
-	};
-	struct faultd_region *r = NULL;
-
-	t->err = faultd_region_create(t->ctx, &o, &r);
-	while (!t->err && bench_now() < t->deadline) {
-		touch_pages(t, faultd_region_base(r));
-		t->err = faultd_region_discard(r, 0, t->len);
-	}
-	faultd_region_destroy(r);
 }
 
 static void *pf1_thread_main(void *arg)
 {
 	struct pf1_thread *t = arg;
 
-	switch (t->variant) {
-	case V_KERNEL:
-	case V_KERNEL_HUGE: run_kernel(t); break;
-	case V_MINIMAL: run_minimal(t); break;
-	case V_FAULTD_HUGE_REUSE: run_faultd_reuse(t); break;
-	default: run_faultd(t); break;
+	if (t->cpu >= 0)
+		pin_self(t->cpu);
+	switch (t->v->kind) {
+	case KERNEL: run_kernel(t); break;
+	case MINIMAL: run_minimal(t); break;
+	case FAULTD: run_faultd(t); break;
 	}
 	return NULL;
 }
 
-static bool is_huge(unsigned int v)
+static int reserve_huge(const struct bench_opts *o, struct sample *out)
 {
-	return v >= V_KERNEL_HUGE;
+	int ret = bench_hugepages(o->threads * ((o->size_mib << 20) / HPAGE));
+
+	if (ret < 0)
+		out->skipped = "cannot reserve 2 MiB huge pages";
+	return ret;
 }
 
-static int pf1_run(const struct bench_opts *o, unsigned int v,
+static int pf1_run(const struct bench_opts *o, unsigned int vi,
 		   struct sample *out)
 {
 	static struct pf1_thread th[BENCH_MAX_THREADS];
+	const struct pf1_variant *v = &variants[vi];
+	size_t stride = v->how & HUGE ? HPAGE : 4096;
 	struct faultd_ctx *ctx = NULL;
-	size_t stride = is_huge(v) ? HPAGE : 4096;
 	uint64_t faults = 0;
 	double t0;
 	int ret;
 
-	if (is_huge(v)) {
-		ret = bench_hugepages(o->threads * ((o->size_mib << 20) / HPAGE));
-		if (ret < 0) {
-			out->skipped = "cannot reserve 2 MiB huge pages";
-			return ret;
-		}
-	}
-	if (v != V_KERNEL && v != V_MINIMAL && v != V_KERNEL_HUGE) {
-		ctx = bench_ctx(v == V_GLOBAL ? FAULTD_LOCK_GLOBAL
-					      : FAULTD_LOCK_REGION, 1);
-		if (!ctx)
-			return -EIO;
-	}
+	if ((v->how & HUGE) && (ret = reserve_huge(o, out)) < 0)
+		return ret;
+	if (v->kind == FAULTD && !(ctx = bench_ctx(v->lock_mode, 1)))
+		return -EIO;
 	t0 = bench_now();
 	for (unsigned int i = 0; i < o->threads; i++) {
 		memset(&th[i], 0, sizeof(th[i]));
-		th[i] = (struct pf1_thread){ .variant = v,
-					     .len = o->size_mib << 20,
-					     .stride = stride,
-					     .deadline = t0 + o->seconds,
-					     .ctx = ctx };
+		th[i] = (struct pf1_thread){
+			.v = v,
+			.cpu = v->how & SAME_CPU ? (int)(i % bench_cpus()) : -1,
+			.len = o->size_mib << 20,
+			.stride = stride,
+			.deadline = t0 + o->seconds,
+			.ctx = ctx,
+		};
 	}
 	ret = run_threads(o->threads, pf1_thread_main, th, sizeof(th[0]));
 	for (unsigned int i = 0; !ret && i < o->threads; i++) {
@@ -216,17 +260,28 @@ const struct scenario scenario_pf1 = {
 		"(page_fault1)",
 	.metrics = { "faults_per_s", "gb_per_s", "p50_ns", "p99_ns" },
 	.nmetrics = 4,
-	.variants = { "kernel", "uffd-minimal", "faultd", "faultd-global",
-		      "kernel-hugetlb", "faultd-hugetlb", "faultd-hugetlb-memfd",
-		      "faultd-hugetlb-reuse" },
+	.variants = {
+		"kernel", "uffd-minimal", "uffd-minimal-same-cpu", "faultd",
+		"faultd-global", "faultd-same-cpu", "faultd-per-cpu",
+		"faultd-busy-poll", "faultd-sigbus", "faultd-fa64k",
+		"faultd-sigbus-fa64k", "kernel-hugetlb", "faultd-hugetlb",
+		"faultd-hugetlb-memfd", "faultd-hugetlb-reuse",
+	},
 	.nvariants = NR_V,
-	.ratios = { { V_FAULTD, V_MINIMAL },
-		    { V_FAULTD, V_KERNEL },
-		    { V_FAULTD, V_GLOBAL },
-		    { V_FAULTD_HUGE, V_KERNEL_HUGE },
-		    { V_FAULTD_HUGE_MEMFD, V_KERNEL_HUGE },
-		    { V_FAULTD_HUGE_REUSE, V_KERNEL_HUGE } },
-	.nratios = 6,
+	.ratios = {
+		{ V_FAULTD, V_MINIMAL },
+		{ V_FAULTD, V_MINIMAL_SAME },
+		{ V_FAULTD, V_KERNEL },
+		{ V_FAULTD, V_GLOBAL },
+		{ V_SAME, V_MINIMAL_SAME },
+		{ V_SIGBUS, V_MINIMAL_SAME },
+		{ V_FA, V_KERNEL },
+		{ V_SIGBUS_FA, V_KERNEL },
+		{ V_HUGE, V_KHUGE },
+		{ V_HUGE_MEMFD, V_KHUGE },
+		{ V_HUGE_REUSE, V_KHUGE },
+	},
+	.nratios = 11,
 	.default_threads = 1,
 	.default_size_mib = 32,
 	.run = pf1_run,

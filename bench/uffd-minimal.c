@@ -7,6 +7,7 @@
  * locks, no counters. Stopped with pthread_cancel() in read().
  */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
@@ -21,6 +22,14 @@ static void *minimal_loop(void *arg)
 {
 	struct uffd_minimal *m = arg;
 	struct uffd_msg msg;
+
+	if (m->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(m->cpu, &set);
+		sched_setaffinity(0, sizeof(set), &set);
+	}
 
 	for (;;) {
 		if (read(m->uffd, &msg, sizeof(msg)) != sizeof(msg))
@@ -43,11 +52,12 @@ static void *minimal_loop(void *arg)
 	return NULL;
 }
 
-int uffd_minimal_start(struct uffd_minimal *m)
+int uffd_minimal_start(struct uffd_minimal *m, int cpu)
 {
 	struct uffdio_api api = { .api = UFFD_API };
 	int ret;
 
+	m->cpu = cpu;
 	m->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
 	if (m->uffd < 0)
 		return -errno;

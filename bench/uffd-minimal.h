@@ -11,9 +11,11 @@ struct uffd_minimal {
 	int uffd;
 	pthread_t thread;
 	void *zeros;
+	int cpu;
 };
 
-int uffd_minimal_start(struct uffd_minimal *m);
+/* @cpu: pin the handler there (-1: anywhere). */
+int uffd_minimal_start(struct uffd_minimal *m, int cpu);
 int uffd_minimal_register(struct uffd_minimal *m, void *p, size_t len);
 void uffd_minimal_stop(struct uffd_minimal *m);
 

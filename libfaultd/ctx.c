@@ -231,9 +231,12 @@ void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
 static void ctx_sum_live_locked(const struct faultd_ctx *ctx,
 				struct stat_block *acc)
 {
-	for (const struct faultd_region *r = ctx->regions; r; r = r->next)
+	for (const struct faultd_region *r = ctx->regions; r; r = r->next) {
 		for (unsigned int i = 0; i < r->nr_stats; i++)
 			stat_sum(acc, &r->stats[i]);
+		if (r->sig_stats)
+			stat_sum(acc, r->sig_stats);
+	}
 	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
 		for (unsigned int i = 0; i < g->nthreads; i++)
 			stat_sum(acc, &g->handlers[i].stats);

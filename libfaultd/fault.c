@@ -188,22 +188,80 @@ static int fault_copy(struct fault *f, const void *src)
 }
 
 /*
- * do_zero_fault() - a missing page of a region without a pager.
- * A read maps the shared zero page (UFFDIO_ZEROPAGE), as the kernel does
- * for a read of anonymous memory. A write to anonymous memory gets a copy
- * of zeros instead, so that the write does not fault a second time to
- * replace the zero page. shmem has no zero page: ZEROPAGE allocates.
- * hugetlb has no UFFDIO_ZEROPAGE, and it has no write-protect mode:
- * copy from the context's zeros.
+ * The naturally aligned fault-around window of @f, clipped to the region.
+ * Returns its length and its start in *start.
+ */
+static size_t fault_window(const struct fault *f, uintptr_t *start)
+{
+	const struct faultd_region *r = f->r;
+	uintptr_t s = f->addr & ~((uintptr_t)r->fault_around - 1);
+	uintptr_t e = s + r->fault_around;
+	uintptr_t end = r->base + atomic_load(&r->len);
+
+	*start = s < r->base ? r->base : s;
+	return (e > end ? end : e) - *start;
+}
+
+/* Fault-around is for plain fills: not once writes are watched (a clone). */
+static bool fault_around_ok(const struct fault *f)
+{
+	return f->r->fault_around && !(f->flags & (FAULT_WP | FAULT_DIRTIES));
+}
+
+/*
+ * fault_around() - like the kernel's ->map_pages(): resolve the whole
+ * window [start, start + len) around the faulting page with one ioctl,
+ * from @src (a copy) or from the zero page. The ioctl never replaces a
+ * present page: one in the window stops it short, and the faulting page
+ * is then resolved on its own (what was filled stays, as a prefetch).
+ * Returns whether the faulting page is resolved (and its waiters woken).
+ */
+static bool fault_around(struct fault *f, const void *src, uintptr_t start,
+			 size_t len)
+{
+	ssize_t n = src ? uffd_copy(fault_uffd(f), start, src, len, 0)
+			: uffd_zeropage(fault_uffd(f), start, len, 0);
+
+	if (n > 0)
+		stat_add(f->st, ST_AROUND,
+			 (uint64_t)n / f->len - (n == (ssize_t)len));
+	return n == (ssize_t)len;
+}
+
+/*
+ * How zero-fill resolves a page: hugetlb has no UFFDIO_ZEROPAGE; write
+ * tracking needs a write-protect mode ZEROPAGE lacks; and an anonymous
+ * write would fault a second time to replace the zero page. In those
+ * cases, a copy of the context's zeros.
+ */
+static bool zero_by_copy(const struct fault *f)
+{
+	return f->r->kind == REGION_HUGETLB ||
+	       (f->flags & (FAULT_WP | FAULT_DIRTIES)) ||
+	       ((f->flags & FAULT_WRITE) && f->r->kind == REGION_ANON);
+}
+
+/*
+ * do_zero_fault() - a missing page of a region without a pager. A read
+ * maps the shared zero page (UFFDIO_ZEROPAGE), as the kernel does for a
+ * read of anonymous memory; shmem has no zero page, so there ZEROPAGE
+ * allocates. See zero_by_copy() for the rest.
  */
 static int do_zero_fault(struct fault *f)
 {
+	const void *zeros = f->r->ctx->zero_page;
+	uintptr_t start;
+	size_t len;
 	ssize_t ret;
 
 	fault_commit(f, ST_ZERO_FILLS);
-	if (f->r->kind == REGION_HUGETLB || f->r->wp_mode != WP_NONE ||
-	    ((f->flags & FAULT_WRITE) && f->r->kind == REGION_ANON))
-		return fault_copy(f, f->r->ctx->zero_page);
+	if (fault_around_ok(f)) {
+		len = fault_window(f, &start);
+		if (fault_around(f, zero_by_copy(f) ? zeros : NULL, start, len))
+			return 0;
+	}
+	if (zero_by_copy(f))
+		return fault_copy(f, zeros);
 	ret = uffd_zeropage(fault_uffd(f), f->addr, f->len, 0);
 	ret = fault_finish(f, ret);
 	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
@@ -222,6 +280,27 @@ static int fault_can_call_pager(const struct fault *f,
 	return FAULTD_RETRY;
 }
 
+/*
+ * pager_fault_around() - fill the window around the faulting page from
+ * the pager in one call and map it in one ioctl. Returns whether the
+ * faulting page is resolved; if not (a pager error, a present page in the
+ * window), the caller resolves it alone.
+ */
+static bool pager_fault_around(struct fault *f, void *buf)
+{
+	uintptr_t start;
+	size_t len = fault_window(f, &start);
+	ssize_t n = pager_call_fill(f->r, f->r->pager, start - f->r->base, buf,
+				    len);
+
+	if (n < 0)
+		return false;
+	if ((size_t)n < len)
+		faultd_clear((char *)buf + n, len - (size_t)n);
+	fault_commit(f, ST_PAGER_FILLS);
+	return fault_around(f, buf, start, len);
+}
+
 /* do_pager_fault() - a missing page whose content comes from the pager. */
 static int do_pager_fault(struct fault *f)
 {
@@ -232,6 +311,8 @@ static int do_pager_fault(struct fault *f)
 	ret = fault_can_call_pager(f, f->r->pager);
 	if (ret)
 		return ret;
+	if (fault_around_ok(f) && pager_fault_around(f, buf))
+		return 0;
 	n = pager_call_fill(f->r, f->r->pager, f->off, buf, f->len);
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {

@@ -17,6 +17,7 @@
 #define _LGPL_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,27 +121,51 @@ static void handler_wait(struct handler *h)
 }
 
 /*
+ * Spin on the queue for the group's busy-poll time: a fault that comes
+ * within it is read without the handler being woken. Returns the number
+ * of messages read, or 0.
+ */
+static ssize_t handler_spin(struct handler *h)
+{
+	struct faultd_group *g = h->group;
+	uint64_t end = now_ns() + (uint64_t)g->pol.busy_poll_us * 1000;
+	ssize_t n;
+
+	do {
+		n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
+		if (n > 0)
+			return n;
+	} while (now_ns() < end &&
+		 !atomic_load_explicit(&g->stopping, memory_order_relaxed));
+	return 0;
+}
+
+/*
  * After a batch the loop reads again at once while that finds messages,
  * and polls first once it found the queue empty: a thread whose faults
  * come one at a time then pays poll+read per fault, not read+poll+read.
  * A full batch means the queue is busy again: back to reading first.
+ * With busy polling the thread spins before it sleeps.
  */
 static void handler_loop(struct handler *h)
 {
 	struct faultd_group *g = h->group;
 	bool poll_first = false, waited = false;
-	ssize_t n;
+	ssize_t n = 0;
 
 	while (!atomic_load_explicit(&g->stopping, memory_order_acquire)) {
-		if (poll_first || waited) {
+		if ((poll_first || waited) && g->pol.busy_poll_us)
+			n = handler_spin(h);
+		if ((poll_first || waited) && n <= 0)
 			handler_wait(h);
-			waited = false;
-		}
-		n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
+		waited = false;
+		if (n <= 0)
+			n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
 		if (n > 0) {
 			if (n == g->batch && g->batch > 1)
 				poll_first = false;
 			handle_batch(h, (size_t)n);
+			n = 0;
 			continue;
 		}
 		if (!poll_first && n == -EAGAIN)
@@ -151,6 +176,7 @@ static void handler_loop(struct handler *h)
 		if (n != -EAGAIN && n != -EINTR && n != 0)
 			fd_err(g->ctx, "handler %u: read: %s", h->slot,
 			       strerror((int)-n));
+		n = 0;
 	}
 }
 
@@ -167,6 +193,35 @@ static void *handler_main(void *arg)
 	urcu_memb_unregister_thread();
 	tls_handler = NULL;
 	return NULL;
+}
+
+/* The CPU of handler @slot, or -1: the scheduler's choice. */
+static int handler_cpu(const struct faultd_group *g, unsigned int slot)
+{
+	cpu_set_t allowed;
+	unsigned int seen = 0;
+
+	if (g->pol.placement == FAULTD_PLACE_CPU)
+		return (int)g->pol.cpu;
+	if (g->pol.placement != FAULTD_PLACE_PER_CPU ||
+	    sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+		return -1;
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+		if (CPU_ISSET(cpu, &allowed) && seen++ == slot)
+			return cpu;
+	return -1;
+}
+
+static int handler_place(struct faultd_group *g, struct handler *h)
+{
+	int cpu = handler_cpu(g, h->slot);
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return 0;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return -pthread_setaffinity_np(h->thread, sizeof(set), &set);
 }
 
 static int handler_start(struct faultd_group *g, unsigned int slot)
@@ -188,7 +243,17 @@ static int handler_start(struct faultd_group *g, unsigned int slot)
 	if (ret < 0)
 		return ret;
 	h->started = true;
-	return 0;
+	return handler_place(g, h);
+}
+
+/* The number of CPUs this process may run on. */
+static unsigned int usable_cpus(void)
+{
+	cpu_set_t allowed;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+		return 1;
+	return (unsigned int)CPU_COUNT(&allowed);
 }
 
 static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
@@ -198,12 +263,13 @@ static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
 
 	if (!g)
 		return NULL;
-	g->handlers = aligned_alloc(CACHELINE, nthreads * sizeof(*g->handlers));
+	g->handlers = aligned_alloc(CACHELINE, (nthreads ? nthreads : 1) *
+						       sizeof(*g->handlers));
 	if (!g->handlers) {
 		free(g);
 		return NULL;
 	}
-	memset(g->handlers, 0, nthreads * sizeof(*g->handlers));
+	memset(g->handlers, 0, (nthreads ? nthreads : 1) * sizeof(*g->handlers));
 	g->ctx = ctx;
 	g->nthreads = nthreads;
 	/*
@@ -223,22 +289,28 @@ static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
  * group_create() - open the group's userfaultfd and start its threads.
  * On failure everything started is stopped and freed.
  */
-int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
-		 bool implicit, size_t staging_len, uint64_t features,
-		 struct faultd_group **gp)
+int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
+		 bool implicit, struct faultd_group **gp)
 {
+	unsigned int nthreads = pol->placement == FAULTD_PLACE_PER_CPU
+					? usable_cpus()
+					: pol->threads;
 	struct faultd_group *g;
 	int ret;
 
-	if (!nthreads)
+	/* Only a same-thread region's group has no threads: no messages. */
+	if ((!nthreads && !(pol->features & UFFD_FEATURE_SIGBUS)) ||
+	    pol->placement > FAULTD_PLACE_PER_CPU ||
+	    (pol->placement == FAULTD_PLACE_CPU && pol->cpu >= CPU_SETSIZE))
 		return -EINVAL;
 	g = group_alloc(ctx, nthreads);
 	if (!g)
 		return -ENOMEM;
 	g->implicit = implicit;
-	g->features = features;
-	g->staging_len = staging_len > GROUP_STAGING ? staging_len
-						     : GROUP_STAGING;
+	g->pol = *pol;
+	g->features = pol->features;
+	g->staging_len = pol->staging_len > GROUP_STAGING ? pol->staging_len
+							  : GROUP_STAGING;
 	g->uffd = uffd_open(g->features, true);
 	if (g->uffd < 0) {
 		ret = g->uffd;
@@ -313,8 +385,16 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 	}
 	if (in_handler_of(ctx))
 		return -EDEADLK;
-	ret = group_create(ctx, o.threads ? o.threads : ctx->handler_threads,
-			   false, o.max_page_size, GROUP_FEATURES, &g);
+	struct group_policy pol = {
+		.threads = o.threads ? o.threads : ctx->handler_threads,
+		.placement = o.placement,
+		.cpu = o.cpu,
+		.busy_poll_us = o.busy_poll_us,
+		.staging_len = o.max_page_size,
+		.features = GROUP_FEATURES,
+	};
+
+	ret = group_create(ctx, &pol, false, &g);
 	if (ret < 0)
 		return ret;
 	map_write_lock(ctx);

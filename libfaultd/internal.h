@@ -83,6 +83,7 @@ enum stat_item {
 	ST_PAGER_FILLS,
 	ST_MAPPED,
 	ST_WP,
+	ST_AROUND,
 	ST_COW,
 	ST_COW_READS,
 	ST_COW_PREPARE,
@@ -295,6 +296,12 @@ struct faultd_region {
 	struct region_base *cache;
 	struct pager_ref *pager; /* a reference; NULL: zero-fill */
 	struct faultd_heap *heap; /* a heap's region: see heap.c */
+	size_t fault_around;	  /* bytes; 0: off */
+
+	/* Same-thread regions (sigbus.c) */
+	int sig_slot;		  /* in the SIGBUS table; -1: none */
+	struct stat_block *sig_stats; /* counted with atomics, any thread */
+	struct sig_staging *sig_staging;
 
 	/* Write-protection and dirty tracking (dirty.c) */
 	enum wp_mode wp_mode;
@@ -406,6 +413,15 @@ bool heap_note_poison(struct faultd_heap *h, uintptr_t addr);
 void heap_poisoned(struct faultd_heap *h, uintptr_t addr);
 
 /* ------------------------------------------------------------------------
+ * sigbus.c - same-thread resolution in the faulting thread's SIGBUS handler.
+ */
+
+int sigbus_add(struct faultd_region *r);
+void sigbus_remove(struct faultd_region *r);
+void sigbus_free(struct faultd_region *r);
+void sigbus_discarded(struct faultd_region *r, uint64_t off, size_t len);
+
+/* ------------------------------------------------------------------------
  * handler.c - handler groups and their threads: batched reads, events
  * before faults, parked faults, clean stop.
  */
@@ -419,6 +435,16 @@ void heap_poisoned(struct faultd_heap *h, uintptr_t addr);
  */
 #define GROUP_FEATURES ((uint64_t)UFFD_FEATURE_EVENT_REMAP)
 
+/* How a group's threads are made and placed. */
+struct group_policy {
+	unsigned int threads;
+	unsigned int placement;	/* enum faultd_placement */
+	unsigned int cpu;
+	unsigned int busy_poll_us;
+	size_t staging_len;
+	uint64_t features;	/* UFFD_FEATURE_* for its userfaultfd */
+};
+
 struct handler;
 
 struct faultd_group {
@@ -431,14 +457,14 @@ struct faultd_group {
 	unsigned int nthreads;
 	unsigned int batch;	/* messages per read(), see group_alloc() */
 	size_t staging_len;	/* each handler's buffer: the largest page */
+	struct group_policy pol;
 	struct handler *handlers;
 	unsigned int nregions;	/* under map_lock */
 	struct faultd_group *next; /* ctx->groups, under map_lock */
 };
 
-int group_create(struct faultd_ctx *ctx, unsigned int nthreads,
-		 bool implicit, size_t staging_len, uint64_t features,
-		 struct faultd_group **gp);
+int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
+		 bool implicit, struct faultd_group **gp);
 void group_stop(struct faultd_group *g);
 void group_free(struct faultd_group *g);
 bool in_handler_of(const struct faultd_ctx *ctx);

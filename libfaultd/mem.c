@@ -149,7 +149,12 @@ int mem_map(struct faultd_region *r, void *addr)
 	size_t len = atomic_load(&r->len);
 	int ret;
 
-	ret = reserve_va(addr, r->max_len, r->page_size, &r->base);
+	/* Aligned to the fault-around window too: windows start at pages
+	 * of the region that are multiples of it. */
+	ret = reserve_va(addr, r->max_len,
+			 r->fault_around > r->page_size ? r->fault_around
+							: r->page_size,
+			 &r->base);
 	if (ret < 0)
 		return ret;
 	if ((r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) &&
@@ -299,5 +304,7 @@ int mem_discard(struct faultd_region *r, uint64_t off, size_t len)
 	default:
 		ret = madvise(p, len, MADV_DONTNEED);
 	}
+	if (!ret)
+		sigbus_discarded(r, off, len);
 	return ret < 0 ? -errno : 0;
 }

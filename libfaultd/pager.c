@@ -46,7 +46,8 @@ void pager_put(struct pager_ref *ref)
 
 bool pager_concurrent(const struct pager_ref *ref)
 {
-	return ref->p.flags & FAULTD_PAGER_CONCURRENT;
+	return ref->p.flags &
+	       (FAULTD_PAGER_CONCURRENT | FAULTD_PAGER_SIGNAL_SAFE);
 }
 
 /*

@@ -22,7 +22,8 @@
 #define REGION_WP_FLAGS (FAULTD_REGION_WP | FAULTD_REGION_WP_ASYNC)
 #define REGION_KNOWN_FLAGS                                                     \
 	(FAULTD_REGION_MEMFD | FAULTD_REGION_HUGETLB | FAULTD_REGION_THP |     \
-	 REGION_WP_FLAGS | FAULTD_REGION_FIXED)
+	 REGION_WP_FLAGS | FAULTD_REGION_SAME_THREAD | FAULTD_REGION_FIXED)
+#define PAGER_KNOWN_FLAGS (FAULTD_PAGER_CONCURRENT | FAULTD_PAGER_SIGNAL_SAFE)
 
 bool region_read_trylock(struct faultd_region *r)
 {
@@ -88,6 +89,21 @@ static int region_wp_check(const struct faultd_region_opts *o)
 	return 0;
 }
 
+/* A same-thread region: SIGBUS support, nothing that needs messages. */
+static int region_same_thread_check(const struct faultd_region_opts *o)
+{
+	if (!(o->flags & FAULTD_REGION_SAME_THREAD))
+		return 0;
+	if (!(uffd_have() & FAULTD_HAVE_SIGBUS))
+		return -EOPNOTSUPP;
+	if ((o->flags & (REGION_WP_FLAGS | FAULTD_REGION_THP)) || o->group ||
+	    ((o->flags & FAULTD_REGION_HUGETLB) &&
+	     (o->flags & FAULTD_REGION_MEMFD)) ||
+	    (o->pager && !(o->pager->flags & FAULTD_PAGER_SIGNAL_SAFE)))
+		return -EINVAL;
+	return 0;
+}
+
 static int region_opts_check(const struct faultd_ctx *ctx,
 			     const struct faultd_region_opts *o, size_t ps)
 {
@@ -96,6 +112,8 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 	if (o->flags & ~REGION_KNOWN_FLAGS)
 		return -EINVAL;
 	ret = region_wp_check(o);
+	if (!ret)
+		ret = region_same_thread_check(o);
 	if (ret < 0)
 		return ret;
 	if (!o->length || !aligned(o->length, ps))
@@ -110,9 +128,14 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 	if (o->group && (o->group->ctx != ctx || o->handler_threads ||
 			 ps > o->group->staging_len))
 		return -EINVAL;
+	if (o->fault_around &&
+	    ((o->fault_around & (o->fault_around - 1)) ||
+	     o->fault_around < ps || o->fault_around > (2ul << 20) ||
+	     (o->flags & (FAULTD_REGION_HUGETLB | REGION_WP_FLAGS))))
+		return -EINVAL;
 	if (o->pager && (o->pager->size < sizeof(struct faultd_pager) ||
 			 !o->pager->fill ||
-			 (o->pager->flags & ~FAULTD_PAGER_CONCURRENT)))
+			 (o->pager->flags & ~PAGER_KNOWN_FLAGS)))
 		return -EINVAL;
 	return 0;
 }
@@ -120,6 +143,7 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 /* Free @r and what it owns; its memory is unmapped (or never was). */
 static void region_free(struct faultd_region *r)
 {
+	sigbus_free(r);
 	pager_put(r->pager);
 	base_put(r->cache);
 	if (r->memfd >= 0)
@@ -153,6 +177,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	if (!r)
 		return NULL;
 	r->memfd = -1;
+	r->sig_slot = -1;
 	if (init)
 		region_take_init(r, init);
 	if (rwlock_init_writer_pref(&r->lock) < 0) {
@@ -177,6 +202,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	r->wp_registered |= r->wp_mode != WP_NONE;
 	r->write_hook = o->write_hook;
 	r->hook_arg = o->hook_arg;
+	r->fault_around = o->fault_around;
 	if (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) {
 		region_free(r);
 		return NULL;
@@ -195,20 +221,32 @@ static int region_attach_group(struct faultd_region *r,
 	int ret;
 
 	if (!g) {
-		uint64_t features = GROUP_FEATURES;
+		struct group_policy pol = {
+			.threads = n,
+			.placement = o->placement,
+			.cpu = o->cpu,
+			.busy_poll_us = o->busy_poll_us,
+			.staging_len = r->page_size,
+			.features = GROUP_FEATURES,
+		};
 
 		if (r->wp_mode == WP_ASYNC)
-			features |= UFFD_FEATURE_WP_ASYNC;
-		ret = group_create(r->ctx, n, true, r->page_size, features, &g);
+			pol.features |= UFFD_FEATURE_WP_ASYNC;
+		if (r->flags & FAULTD_REGION_SAME_THREAD) {
+			pol.features |= UFFD_FEATURE_SIGBUS;
+			pol.threads = 0;
+		}
+		ret = group_create(r->ctx, &pol, true, &g);
 		if (ret < 0)
 			return ret;
 	}
 	r->group = g;
 	r->nr_stats = g->nthreads;
-	r->stats = aligned_alloc(CACHELINE, g->nthreads * sizeof(*r->stats));
+	r->stats = aligned_alloc(CACHELINE, (g->nthreads ? g->nthreads : 1) *
+						    sizeof(*r->stats));
 	if (!r->stats)
 		return -ENOMEM;
-	memset(r->stats, 0, g->nthreads * sizeof(*r->stats));
+	memset(r->stats, 0, (g->nthreads ? g->nthreads : 1) * sizeof(*r->stats));
 	return 0;
 }
 
@@ -297,7 +335,10 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	ret = mem_map(r, o->addr);
 	if (ret < 0)
 		goto err_unlock;
-	ret = map_insert_locked(ctx, r, &old);
+	if (r->flags & FAULTD_REGION_SAME_THREAD)
+		ret = sigbus_add(r);
+	if (!ret)
+		ret = map_insert_locked(ctx, r, &old);
 	if (ret < 0)
 		goto err_unmap;
 	region_link_locked(r);
@@ -308,6 +349,7 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	return 0;
 
 err_unmap:
+	sigbus_remove(r);
 	mem_unmap(r);
 err_unlock:
 	map_write_unlock(ctx);
@@ -347,6 +389,7 @@ static struct region_map *region_kill_locked(struct faultd_region *r)
 
 	pthread_rwlock_wrlock(&r->lock);
 	r->dead = true;
+	sigbus_remove(r);
 	/*
 	 * munmap() before any wake: a thread woken while the range is still
 	 * mapped would re-fault, and once the registration is gone the
@@ -356,6 +399,8 @@ static struct region_map *region_kill_locked(struct faultd_region *r)
 	pthread_rwlock_unlock(&r->lock);
 	region_unlink_locked(r);
 	ctx_retire_stats(r->ctx, r->stats, r->nr_stats);
+	if (r->sig_stats)
+		ctx_retire_stats(r->ctx, r->sig_stats, 1);
 	return old;
 }
 
@@ -443,8 +488,8 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 	old_len = atomic_load(&r->len);
 	if (r->snaps || r->cow)
 		ret = -EBUSY; /* clones read the parent as it was */
-	else if (r->kind == REGION_MEMFD_PRIVATE)
-		ret = -EOPNOTSUPP; /* frozen: the base does not change */
+	else if (r->kind == REGION_MEMFD_PRIVATE || r->sig_slot >= 0)
+		ret = -EOPNOTSUPP; /* frozen; or known to the SIGBUS table */
 	else
 		ret = region_resize_locked(r, old_len, len);
 	pthread_rwlock_unlock(&r->lock);
@@ -488,6 +533,8 @@ FAULTD_EXPORT int faultd_region_stats(const struct faultd_region *r,
 	memset(&acc, 0, sizeof(acc));
 	for (unsigned int i = 0; i < r->nr_stats; i++)
 		stat_sum(&acc, &r->stats[i]);
+	if (r->sig_stats)
+		stat_sum(&acc, r->sig_stats);
 	stat_export(stats, &acc);
 	return 0;
 }

@@ -21,6 +21,7 @@
 #ifndef FAULTD_H
 #define FAULTD_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -166,6 +167,16 @@ int faultd_ctx_lock_held(const struct faultd_ctx *ctx);
  * never concurrently with any other unaudited pager callback of the context.
  */
 #define FAULTD_PAGER_CONCURRENT (1u << 0)
+/*
+ * FAULTD_PAGER_SIGNAL_SAFE: fill may be called in the faulting thread's
+ * SIGBUS handler, for FAULTD_REGION_SAME_THREAD regions. It must then be
+ * async-signal-safe: no locks (the faulting thread may hold any of them),
+ * no malloc, no stdio; only system calls like pread() and its own
+ * lock-free data. It must not touch missing pages of a same-thread region
+ * (its own fault would nest). It implies FAULTD_PAGER_CONCURRENT: any
+ * thread may fault at any time.
+ */
+#define FAULTD_PAGER_SIGNAL_SAFE (1u << 1)
 
 struct faultd_pager {
 	size_t size;	    /* sizeof(struct faultd_pager) */
@@ -194,6 +205,31 @@ struct faultd_pager {
 	/* release() - the last call for this region: the pager is unused. */
 	void (*release)(void *arg);
 	void *arg;
+};
+
+/* ------------------------------------------------------------------------
+ * Handler placement
+ */
+
+/*
+ * Where handler threads run. A fault costs one wake-up of a handler and
+ * one of the faulting thread; across CPUs each is an inter-processor
+ * interrupt, so placement matters more than anything inside the handler.
+ * FAULTD_PLACE_ANY: the scheduler decides (the default).
+ * FAULTD_PLACE_CPU: every handler thread on CPU opts.cpu; with the
+ *   faulting threads on that CPU too, no wake-up crosses CPUs.
+ * FAULTD_PLACE_PER_CPU: one handler thread per CPU the process may use,
+ *   each pinned to its CPU (handler_threads is ignored). All of them wake
+ *   for each fault; the one on the faulting thread's CPU usually wins.
+ * busy_poll_us: after the queue runs dry, a handler keeps reading it for
+ * that long before it sleeps, so a fault that comes soon finds it awake.
+ * It costs that much CPU time each time the queue runs dry.
+ * The README's "choosing a mode" section has the figures.
+ */
+enum faultd_placement {
+	FAULTD_PLACE_ANY = 0,
+	FAULTD_PLACE_CPU = 1,
+	FAULTD_PLACE_PER_CPU = 2,
 };
 
 /* ------------------------------------------------------------------------
@@ -245,6 +281,18 @@ typedef void (*faultd_write_hook)(void *arg, struct faultd_region *region,
  */
 #define FAULTD_REGION_WP (1ull << 3)
 #define FAULTD_REGION_WP_ASYNC (1ull << 4)
+/*
+ * FAULTD_REGION_SAME_THREAD: the faulting thread resolves its own faults,
+ * in a SIGBUS handler the library installs (UFFD_FEATURE_SIGBUS), with no
+ * wake-up at all: the lowest latency. Zero-fill, or a pager with
+ * FAULTD_PAGER_SIGNAL_SAFE. The region has no handler threads and cannot
+ * be resized, tracked for writes or join a group. A fault the kernel takes
+ * on the program's behalf (a read() into the region) fails with EFAULT
+ * instead. Install your own SIGBUS handler before creating such a region
+ * (the library's passes on every SIGBUS that is not its own), or call
+ * faultd_sigbus() first from a handler installed later.
+ */
+#define FAULTD_REGION_SAME_THREAD (1ull << 5)
 /* Placement */
 #define FAULTD_REGION_FIXED (1ull << 8) /* at opts.addr; -EEXIST if taken */
 
@@ -268,6 +316,18 @@ struct faultd_region_opts {
 	size_t page_size;	      /* FAULTD_REGION_HUGETLB: 0 = default */
 	faultd_write_hook write_hook; /* FAULTD_REGION_WP only; may be NULL */
 	void *hook_arg;
+	unsigned int placement;	      /* enum faultd_placement */
+	unsigned int cpu;	      /* with FAULTD_PLACE_CPU */
+	unsigned int busy_poll_us;    /* see enum faultd_placement */
+	/*
+	 * Fault-around: a missing fault fills the naturally aligned window
+	 * of this many bytes around the faulting page (a power of two, at
+	 * least a page; 0: off), with one ioctl, never over pages already
+	 * present nor past the region. Zero-fill reads map the zero page
+	 * (no memory); writes and pager fills allocate the whole window.
+	 * For regions without write tracking, clones or a page-cache base.
+	 */
+	size_t fault_around;
 };
 
 /*
@@ -425,6 +485,14 @@ int faultd_region_clone(struct faultd_region *parent,
  */
 int faultd_region_memfd(const struct faultd_region *region);
 
+/*
+ * faultd_sigbus() - for a program's own SIGBUS handler: resolve the signal
+ * if it is a fault in a FAULTD_REGION_SAME_THREAD region. Returns 1 if it
+ * was (return from the handler: the access is retried), 0 if not (handle
+ * it as yours). Async-signal-safe.
+ */
+int faultd_sigbus(int sig, siginfo_t *info, void *ucontext);
+
 /* ------------------------------------------------------------------------
  * Handler groups: one userfaultfd and a set of threads serving many regions
  */
@@ -435,6 +503,9 @@ struct faultd_group_opts {
 	/* The largest page of the group's regions (0: up to 2 MiB); each
 	 * thread reserves (not allocates) that much address space. */
 	size_t max_page_size;
+	unsigned int placement;	/* enum faultd_placement */
+	unsigned int cpu;
+	unsigned int busy_poll_us;
 };
 
 /*
@@ -475,6 +546,8 @@ struct faultd_stats {
 	uint64_t mapped;	/* resolved by mapping a page already in the
 				   page cache (UFFDIO_CONTINUE) */
 	uint64_t wp_faults;	/* write-protect faults (first writes) */
+	uint64_t around;	/* pages mapped by fault-around, beyond the
+				   faulting ones */
 	uint64_t cow_faults;	/* clone: writes that got a private copy */
 	uint64_t cow_reads;	/* clone: reads of the parent's content */
 	uint64_t cow_prepare;	/* clone: private page state allocated (once

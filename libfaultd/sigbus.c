@@ -1,0 +1,391 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * sigbus.c - same-thread resolution: the faulting thread resolves its own
+ * fault, in a SIGBUS handler, with no wake-up of anyone.
+ *
+ * A FAULTD_REGION_SAME_THREAD region is registered with a userfaultfd that
+ * has UFFD_FEATURE_SIGBUS: instead of queuing a message and sleeping, the
+ * faulting thread gets SIGBUS (si_code BUS_ADRERR). The library's handler
+ * finds the region in a small table, fills the page (zeros, or a pager
+ * marked FAULTD_PAGER_SIGNAL_SAFE) with the same ioctls a handler thread
+ * would use, and returns; the access is retried and succeeds. A SIGBUS
+ * that is not ours - another address, or a poisoned page (BUS_MCEERR_AR) -
+ * goes to the handler that was installed before ours, or to the default
+ * action. Programs that install their own SIGBUS handler later call
+ * faultd_sigbus() from it first.
+ *
+ * Everything here runs in a signal handler: no locks, no allocation, only
+ * atomics and system calls. A region is reached through a slot of the
+ * table; destroy empties the slot and waits until no handler uses it.
+ * Staging buffers for pager fills come from a small per-region pool,
+ * claimed with an atomic exchange.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include "internal.h"
+
+#define SIGBUS_SLOTS 256
+#define SIG_STAGING 4
+
+struct sigbus_slot {
+	struct faultd_region *_Atomic region;
+	_Atomic uintptr_t start, end;
+	atomic_int users;
+};
+
+static struct sigbus_slot slots[SIGBUS_SLOTS];
+static atomic_int slots_used; /* high-water mark of slots ever used */
+static struct sigaction old_action;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+static int install_err;
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct sig_staging {
+	void *buf[SIG_STAGING];
+	atomic_bool busy[SIG_STAGING];
+	size_t len;
+	/*
+	 * Pages poisoned here (a pager error). Since 6.x a poisoned page's
+	 * access is a SIGBUS with BUS_ADRERR, like a userfault: without this
+	 * the handler would try again forever.
+	 */
+	_Atomic uint64_t *poisoned;
+};
+
+/* ------------------------------------------------------------------------
+ * Resolution, in the faulting thread's signal handler.
+ */
+
+static bool fault_was_write(void *ucontext)
+{
+#if defined(__x86_64__)
+	const ucontext_t *uc = ucontext;
+
+	return uc && (uc->uc_mcontext.gregs[REG_ERR] & 2); /* PF_WRITE */
+#else
+	(void)ucontext;
+	return true;
+#endif
+}
+
+static void *staging_get(struct sig_staging *st, unsigned int *slot)
+{
+	for (;;) {
+		for (unsigned int i = 0; i < SIG_STAGING; i++)
+			if (!atomic_exchange(&st->busy[i], true)) {
+				*slot = i;
+				return st->buf[i];
+			}
+		sched_yield();
+	}
+}
+
+static void sig_count(struct faultd_region *r, enum stat_item i)
+{
+	__atomic_fetch_add(&r->sig_stats->c[i], 1, __ATOMIC_RELAXED);
+}
+
+/* The window to fill: the fault-around window, or the page. */
+static size_t sig_window(struct faultd_region *r, uintptr_t page,
+			 uintptr_t *start)
+{
+	size_t w = r->fault_around ? r->fault_around : r->page_size;
+	uintptr_t s = page & ~((uintptr_t)w - 1), e = s + w;
+	uintptr_t end = r->base + atomic_load(&r->len);
+
+	*start = s < r->base ? r->base : s;
+	return (e > end ? end : e) - *start;
+}
+
+/* Fill [start, start + len) with the pager's content; -errno on error. */
+static ssize_t sig_fill(struct faultd_region *r, uintptr_t start, size_t len,
+			void *buf)
+{
+	ssize_t n = r->pager->p.fill(r->pager->p.arg, r, start - r->base, buf,
+				     len);
+
+	if (n < 0 || n > (ssize_t)len)
+		return n < 0 ? n : -ERANGE;
+	if ((size_t)n < len)
+		faultd_clear((char *)buf + n, len - (size_t)n);
+	return (ssize_t)len;
+}
+
+/*
+ * Map [start, start + len) from @src (NULL: zeros). A page already present
+ * stops a window short; then the faulting page alone, so that the access
+ * never keeps faulting on a window that cannot be filled.
+ */
+static void sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
+		    size_t len, const char *src, bool write)
+{
+	int fd = r->group->uffd;
+	bool copy = src || write || r->kind == REGION_HUGETLB;
+	const char *from = src ? src : (const char *)r->ctx->zero_page;
+	ssize_t n;
+
+	n = copy ? uffd_copy(fd, start, from, len, 0)
+		 : uffd_zeropage(fd, start, len, 0);
+	if (n > 0 && len > r->page_size) /* as fault_around() counts them */
+		__atomic_fetch_add(&r->sig_stats->c[ST_AROUND],
+				   (uint64_t)n / r->page_size -
+					   (n == (ssize_t)len),
+				   __ATOMIC_RELAXED);
+	if (n == (ssize_t)len)
+		return;
+	if (len > r->page_size)
+		n = copy ? uffd_copy(fd, page, from + (src ? page - start : 0),
+				     r->page_size, 0)
+			 : uffd_zeropage(fd, page, r->page_size, 0);
+	/* EEXIST: another thread was first; EAGAIN: the retried access. */
+	if (n == -EEXIST)
+		sig_count(r, ST_EEXIST);
+}
+
+/* The index of @addr's page in the poisoned bitmap. */
+static size_t poison_index(const struct faultd_region *r, uintptr_t addr)
+{
+	return (addr - r->base) / r->page_size;
+}
+
+static void sig_mark_poisoned(struct faultd_region *r, uintptr_t page)
+{
+	size_t i = poison_index(r, page);
+
+	atomic_fetch_or(&r->sig_staging->poisoned[i / 64], 1ull << (i % 64));
+}
+
+/* Is this SIGBUS the access to a page we poisoned? Then it is final. */
+static bool sig_poisoned(struct faultd_region *r, uintptr_t addr)
+{
+	size_t i;
+
+	if (!r->sig_staging)
+		return false;
+	i = poison_index(r, addr);
+	return atomic_load(&r->sig_staging->poisoned[i / 64]) &
+	       (1ull << (i % 64));
+}
+
+/*
+ * sigbus_discarded() - [off, off + len) was discarded: its next access
+ * faults afresh (a poison marker is zapped with the page).
+ */
+void sigbus_discarded(struct faultd_region *r, uint64_t off, size_t len)
+{
+	if (!r->sig_staging)
+		return;
+	for (uint64_t o = off; o < off + len; o += r->page_size) {
+		size_t i = o / r->page_size;
+
+		atomic_fetch_and(&r->sig_staging->poisoned[i / 64],
+				 ~(1ull << (i % 64)));
+	}
+}
+
+/* Resolve the fault at @addr of @r. */
+static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
+{
+	uintptr_t page = addr & ~((uintptr_t)r->page_size - 1), start;
+	size_t len = sig_window(r, page, &start);
+	unsigned int slot;
+	void *buf;
+
+	sig_count(r, ST_FAULTS);
+	sig_count(r, ST_FAST);
+	if (!r->pager) {
+		sig_count(r, ST_ZERO_FILLS);
+		sig_map(r, page, start, len, NULL, write);
+		return;
+	}
+	buf = staging_get(r->sig_staging, &slot);
+	if (sig_fill(r, start, len, buf) >= 0) {
+		sig_count(r, ST_PAGER_FILLS);
+		sig_map(r, page, start, len, buf, write);
+	} else {
+		/* Never zeros: the retried access finds a poisoned page (or,
+		 * before UFFDIO_POISON, an inaccessible one: SIGSEGV). */
+		sig_count(r, ST_PAGER_ERRORS);
+		sig_count(r, ST_POISONED);
+		sig_mark_poisoned(r, page);
+		if (uffd_poison(r->group->uffd, page, r->page_size, 0) < 0)
+			mprotect((void *)page, r->page_size, PROT_NONE);
+	}
+	atomic_store(&r->sig_staging->busy[slot], false);
+}
+
+/*
+ * faultd_sigbus() - resolve a SIGBUS if it is a fault in a same-thread
+ * region. Returns 1 if it was (the access may be retried), 0 if not.
+ */
+FAULTD_EXPORT int faultd_sigbus(int sig, siginfo_t *info, void *ucontext)
+{
+	uintptr_t addr;
+	int used;
+
+	if (sig != SIGBUS || !info || info->si_code != BUS_ADRERR)
+		return 0;
+	addr = (uintptr_t)info->si_addr;
+	used = atomic_load(&slots_used);
+	for (int i = 0; i < used; i++) {
+		struct sigbus_slot *s = &slots[i];
+		struct faultd_region *r = atomic_load(&s->region);
+
+		if (!r || addr < atomic_load(&s->start) ||
+		    addr >= atomic_load(&s->end))
+			continue;
+		atomic_fetch_add(&s->users, 1);
+		if (atomic_load(&s->region) != r || sig_poisoned(r, addr)) {
+			atomic_fetch_sub(&s->users, 1); /* destroyed, poisoned */
+			return 0;
+		}
+		sig_resolve(r, addr, fault_was_write(ucontext));
+		atomic_fetch_sub(&s->users, 1);
+		return 1;
+	}
+	return 0;
+}
+
+/* Not ours: what was installed before us, or the default action. */
+static void chain(int sig, siginfo_t *info, void *ucontext)
+{
+	if (old_action.sa_flags & SA_SIGINFO) {
+		old_action.sa_sigaction(sig, info, ucontext);
+	} else if (old_action.sa_handler != SIG_DFL &&
+		   old_action.sa_handler != SIG_IGN) {
+		old_action.sa_handler(sig);
+	} else {
+		/* The access repeats and the kernel's default ends it. */
+		signal(SIGBUS, SIG_DFL);
+	}
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *ucontext)
+{
+	int saved = errno;
+
+	if (!faultd_sigbus(sig, info, ucontext))
+		chain(sig, info, ucontext);
+	errno = saved;
+}
+
+/* ------------------------------------------------------------------------
+ * Registration (ordinary context).
+ */
+
+static void install(void)
+{
+	struct sigaction sa = {
+		.sa_sigaction = on_sigbus,
+		.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK,
+	};
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &old_action) < 0)
+		install_err = -errno;
+}
+
+static void staging_free(struct sig_staging *st)
+{
+	if (!st)
+		return;
+	for (unsigned int i = 0; i < SIG_STAGING; i++)
+		if (st->buf[i])
+			munmap(st->buf[i], st->len);
+	free((void *)st->poisoned);
+	free(st);
+}
+
+static int staging_alloc(struct faultd_region *r)
+{
+	struct sig_staging *st = calloc(1, sizeof(*st));
+
+	if (!st)
+		return -ENOMEM;
+	st->len = r->fault_around > r->page_size ? r->fault_around
+						 : r->page_size;
+	st->poisoned = calloc((r->max_len / r->page_size + 63) / 64,
+			      sizeof(uint64_t));
+	if (!st->poisoned) {
+		free(st);
+		return -ENOMEM;
+	}
+	for (unsigned int i = 0; i < SIG_STAGING; i++) {
+		st->buf[i] = mmap(NULL, st->len, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+				  -1, 0);
+		if (st->buf[i] == MAP_FAILED) {
+			st->buf[i] = NULL;
+			staging_free(st);
+			return -ENOMEM;
+		}
+	}
+	r->sig_staging = st;
+	return 0;
+}
+
+/*
+ * sigbus_add() - make @r reachable from the SIGBUS handler (installed on
+ * first use). Context: @r mapped and registered, not yet returned.
+ */
+int sigbus_add(struct faultd_region *r)
+{
+	int ret = -ENOSPC;
+
+	pthread_once(&install_once, install);
+	if (install_err)
+		return install_err;
+	r->sig_stats = aligned_alloc(CACHELINE, sizeof(*r->sig_stats));
+	if (!r->sig_stats || (r->pager && staging_alloc(r) < 0))
+		return -ENOMEM;
+	memset(r->sig_stats, 0, sizeof(*r->sig_stats));
+	pthread_mutex_lock(&slots_lock);
+	for (int i = 0; i < SIGBUS_SLOTS; i++) {
+		struct sigbus_slot *s = &slots[i];
+
+		if (atomic_load(&s->region) || atomic_load(&s->users))
+			continue;
+		atomic_store(&s->start, r->base);
+		atomic_store(&s->end, r->base + atomic_load(&r->len));
+		atomic_store(&s->region, r);
+		if (i >= atomic_load(&slots_used))
+			atomic_store(&slots_used, i + 1);
+		r->sig_slot = i;
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&slots_lock);
+	return ret;
+}
+
+/*
+ * sigbus_remove() - no SIGBUS handler can reach @r after this returns.
+ * Context: before @r is unmapped; any thread but @r's faulting ones.
+ */
+void sigbus_remove(struct faultd_region *r)
+{
+	struct sigbus_slot *s;
+
+	if (r->sig_slot < 0)
+		return;
+	s = &slots[r->sig_slot];
+	atomic_store(&s->region, NULL);
+	while (atomic_load(&s->users))
+		sched_yield();
+	r->sig_slot = -1;
+}
+
+void sigbus_free(struct faultd_region *r)
+{
+	staging_free(r->sig_staging);
+	free(r->sig_stats);
+	r->sig_staging = NULL;
+	r->sig_stats = NULL;
+}

@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * modes.c - suite "uffd": the fault-path modes of the speed work.
+ *
+ * Every mode - handler placement (one CPU, one per CPU, busy polling),
+ * same-thread resolution in SIGBUS handlers, fault-around - passes the
+ * content test: several threads fault every page of zero-fill and pager
+ * regions, every byte is checked. Same-thread regions coexist with the
+ * application's SIGBUS handler. Fault-around stays inside its region and
+ * never replaces a present page.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <sys/mman.h>
+
+#include "helpers.h"
+
+#define LEN (8 * MIB)
+
+static ssize_t tag_fill(void *arg, struct faultd_region *r, uint64_t off,
+			void *buf, size_t len)
+{
+	pattern_fill(9, off, buf, len);
+	return (ssize_t)len;
+}
+
+static const struct faultd_pager safe_pager = {
+	.size = sizeof(struct faultd_pager),
+	.flags = FAULTD_PAGER_SIGNAL_SAFE,
+	.fill = tag_fill,
+};
+
+struct reader {
+	const char *base;
+	unsigned int idx;
+	bool pager;
+	size_t bad;
+};
+
+/* Read every page from a different start; writes to half of them. */
+static void *read_all(void *arg)
+{
+	struct reader *rd = arg;
+	size_t pages = LEN / PAGE;
+
+	for (size_t i = 0; i < pages; i++) {
+		size_t pg = (i + rd->idx * pages / 3) % pages;
+		const char *p = rd->base + pg * PAGE;
+
+		if (rd->pager) {
+			rd->bad += pattern_check(9, pg * PAGE, p, PAGE);
+		} else {
+			for (size_t k = 0; k < PAGE; k += 512)
+				rd->bad += p[k] != 0;
+		}
+	}
+	return NULL;
+}
+
+static void content_in_mode(struct faultd_region_opts o)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct faultd_stats s = { .size = sizeof(s) };
+	struct reader rd[3];
+	pthread_t t[3];
+	int ret;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	o.size = sizeof(o);
+	o.length = LEN;
+	ret = faultd_region_create(ctx, &o, &r);
+	if (ret == -EOPNOTSUPP)
+		cr_skip_test("this kernel lacks what the mode needs");
+	cr_assert_eq(ret, 0, "create: %s", strerror(-ret));
+	for (unsigned int i = 0; i < 3; i++) {
+		rd[i] = (struct reader){ .base = faultd_region_base(r),
+					 .idx = i,
+					 .pager = o.pager != NULL };
+		pthread_create(&t[i], NULL, read_all, &rd[i]);
+	}
+	for (unsigned int i = 0; i < 3; i++) {
+		pthread_join(t[i], NULL);
+		cr_expect_eq(rd[i].bad, 0, "thread %u: %zu bad", i, rd[i].bad);
+	}
+	cr_assert_eq(faultd_region_destroy(r), 0);
+	cr_assert_eq(faultd_ctx_stats(ctx, &s), 0);
+	/*
+	 * Every page mapped once: by its own fault or a fault-around. (A
+	 * fault read twice may be handled after the region is gone.)
+	 */
+	cr_expect_eq(s.faults - s.eexist - s.no_region + s.around, LEN / PAGE,
+		     "faults %llu eexist %llu around %llu gone %llu zero %llu "
+		     "pager %llu noregion %llu eagain %llu",
+		     (unsigned long long)s.faults,
+		     (unsigned long long)s.eexist,
+		     (unsigned long long)s.around, (unsigned long long)s.gone,
+		     (unsigned long long)s.zero_fills,
+		     (unsigned long long)s.pager_fills,
+		     (unsigned long long)s.no_region,
+		     (unsigned long long)s.eagain);
+	cr_expect_eq(s.poisoned, 0);
+	faultd_ctx_destroy(ctx);
+}
+
+static void both_contents(struct faultd_region_opts o)
+{
+	content_in_mode(o);
+	o.pager = &safe_pager;
+	content_in_mode(o);
+}
+
+Test(modes, placement_one_cpu, .timeout = 60)
+{
+	both_contents((struct faultd_region_opts){
+		.placement = FAULTD_PLACE_CPU, .cpu = 0, .handler_threads = 2 });
+}
+
+Test(modes, placement_per_cpu, .timeout = 60)
+{
+	both_contents((struct faultd_region_opts){
+		.placement = FAULTD_PLACE_PER_CPU });
+}
+
+Test(modes, busy_poll, .timeout = 60)
+{
+	both_contents((struct faultd_region_opts){ .busy_poll_us = 50 });
+}
+
+Test(modes, same_thread_sigbus, .timeout = 60)
+{
+	both_contents((struct faultd_region_opts){
+		.flags = FAULTD_REGION_SAME_THREAD });
+}
+
+Test(modes, fault_around, .timeout = 60)
+{
+	both_contents((struct faultd_region_opts){
+		.fault_around = 64 << 10 });
+}
+
+Test(modes, same_thread_fault_around, .timeout = 60)
+{
+	both_contents((struct faultd_region_opts){
+		.flags = FAULTD_REGION_SAME_THREAD, .fault_around = 64 << 10 });
+}
+
+/* ------------------------------------------------------------------------
+ * Same-thread regions and the application's own SIGBUS handler.
+ */
+
+static __thread sigjmp_buf app_jmp;
+static volatile int app_sigbus_calls;
+
+static void app_handler(int sig, siginfo_t *info, void *uc)
+{
+	app_sigbus_calls++;
+	siglongjmp(app_jmp, 1);
+}
+
+/* A SIGBUS that is not a userfault: a page of a file beyond its end. */
+static volatile char *beyond_eof(void)
+{
+	char path[] = "/tmp/faultd-sigbus-XXXXXX";
+	int fd = mkstemp(path);
+	char *p;
+
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	cr_assert_eq(ftruncate(fd, PAGE), 0);
+	p = mmap(NULL, 2 * PAGE, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	cr_assert_neq(p, MAP_FAILED);
+	return p + PAGE;
+}
+
+static struct faultd_region *same_thread_region(struct faultd_ctx *ctx)
+{
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_SAME_THREAD,
+					.length = 64 * PAGE,
+					.pager = &safe_pager };
+	struct faultd_region *r;
+	int ret = faultd_region_create(ctx, &o, &r);
+
+	if (ret == -EOPNOTSUPP)
+		cr_skip_test("no UFFD_FEATURE_SIGBUS on this kernel");
+	cr_assert_eq(ret, 0);
+	return r;
+}
+
+Test(modes, sigbus_reaches_handler_installed_before, .timeout = 30)
+{
+	struct sigaction sa = { .sa_sigaction = app_handler,
+				.sa_flags = SA_SIGINFO };
+	volatile char *outside = beyond_eof();
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+
+	sigaction(SIGBUS, &sa, NULL);
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	r = same_thread_region(ctx);
+	/* Ours: resolved, the application's handler never sees it. */
+	cr_expect_eq(pattern_check(9, 7 * PAGE,
+				   (char *)faultd_region_base(r) + 7 * PAGE,
+				   PAGE),
+		     0);
+	cr_expect_eq(app_sigbus_calls, 0);
+	/* Not ours: the application's handler gets it. */
+	if (!sigsetjmp(app_jmp, 1))
+		(void)*outside;
+	cr_expect_eq(app_sigbus_calls, 1);
+	faultd_ctx_destroy(ctx);
+}
+
+static void app_handler_first(int sig, siginfo_t *info, void *uc)
+{
+	if (faultd_sigbus(sig, info, uc))
+		return;
+	app_sigbus_calls++;
+	siglongjmp(app_jmp, 1);
+}
+
+Test(modes, sigbus_from_handler_installed_after, .timeout = 30)
+{
+	struct sigaction sa = { .sa_sigaction = app_handler_first,
+				.sa_flags = SA_SIGINFO | SA_NODEFER };
+	volatile char *outside = beyond_eof();
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	r = same_thread_region(ctx);
+	sigaction(SIGBUS, &sa, NULL); /* replaces the library's */
+	cr_expect_eq(pattern_check(9, 3 * PAGE,
+				   (char *)faultd_region_base(r) + 3 * PAGE,
+				   PAGE),
+		     0);
+	cr_expect_eq(app_sigbus_calls, 0);
+	if (!sigsetjmp(app_jmp, 1))
+		(void)*outside;
+	cr_expect_eq(app_sigbus_calls, 1);
+	faultd_ctx_destroy(ctx);
+}
+
+static ssize_t failing_fill(void *arg, struct faultd_region *r, uint64_t off,
+			    void *buf, size_t len)
+{
+	return -EIO;
+}
+
+static void same_thread_pager_error(void *arg)
+{
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_SIGNAL_SAFE,
+				  .fill = failing_fill };
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_SAME_THREAD,
+					.length = 16 * PAGE,
+					.pager = &p };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	volatile char *b;
+
+	if (faultd_ctx_create(NULL, &ctx) || faultd_region_create(ctx, &o, &r))
+		_exit(10);
+	b = faultd_region_base(r);
+	if (b[PAGE] == 0)
+		_exit(11); /* zeros: the bug */
+	_exit(12);
+}
+
+Test(modes, same_thread_pager_error_is_fatal_sigbus_not_zeros, .timeout = 30)
+{
+	int how = run_in_child(same_thread_pager_error, NULL);
+
+	cr_expect_eq(how, SIGBUS, "child ended with %d", how);
+}
+
+/* ------------------------------------------------------------------------
+ * Fault-around stays inside the region and keeps present pages.
+ */
+
+static size_t resident(void *p, size_t len)
+{
+	unsigned char vec[64];
+	size_t n = 0;
+
+	cr_assert_leq(len / PAGE, sizeof(vec));
+	cr_assert_eq(mincore(p, len, vec), 0);
+	for (size_t i = 0; i < len / PAGE; i++)
+		n += vec[i] & 1;
+	return n;
+}
+
+Test(modes, fault_around_bounds_and_present_pages, .timeout = 30)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = tag_fill };
+	struct faultd_region_opts o = {
+		.size = sizeof(o),
+		.length = 20 * PAGE,	 /* 64 KiB windows: 16 + 4 pages */
+		.max_length = 32 * PAGE, /* reserved, unmapped after */
+		.fault_around = 64 << 10,
+		.pager = &p,
+	};
+	struct faultd_region *r;
+	char *b;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	b = faultd_region_base(r);
+	/* Windows are aligned within the region. */
+	cr_assert_eq((uintptr_t)b % (64 << 10), 0);
+	/* One fault maps its whole window. */
+	cr_expect_eq(pattern_check(9, 3 * PAGE, b + 3 * PAGE, PAGE), 0);
+	cr_expect_eq(resident(b, 16 * PAGE), 16);
+	/* Page 5 written and kept, the others of the window dropped: the
+	 * next window around page 3 must stop at page 5, not replace it. */
+	memset(b + 5 * PAGE, 0x77, PAGE);
+	cr_assert_eq(faultd_region_discard(r, 0, 5 * PAGE), 0);
+	cr_assert_eq(faultd_region_discard(r, 6 * PAGE, 10 * PAGE), 0);
+	cr_expect_eq(resident(b, 16 * PAGE), 1);
+	cr_expect_eq(pattern_check(9, 3 * PAGE, b + 3 * PAGE, PAGE), 0);
+	for (size_t i = 0; i < PAGE; i++)
+		cr_assert_eq((unsigned char)b[5 * PAGE + i], 0x77);
+	/* The last window is clipped at the region's end. */
+	cr_expect_eq(pattern_check(9, 17 * PAGE, b + 17 * PAGE, PAGE), 0);
+	cr_expect_eq(resident(b + 16 * PAGE, 4 * PAGE), 4);
+	cr_expect_eq(resident(b + 20 * PAGE, 12 * PAGE), 0);
+	for (size_t pg = 0; pg < 20; pg++)
+		if (pg != 5)
+			cr_expect_eq(pattern_check(9, pg * PAGE, b + pg * PAGE,
+						   PAGE),
+				     0, "page %zu", pg);
+	faultd_ctx_destroy(ctx);
+}
+
+Test(modes, bad_mode_options)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct faultd_pager unsafe = { .size = sizeof(unsafe),
+				       .flags = FAULTD_PAGER_CONCURRENT,
+				       .fill = tag_fill };
+	struct faultd_region_opts o = { .size = sizeof(o), .length = 16 * PAGE };
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	o.fault_around = 3 * PAGE;
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -EINVAL);
+	o.fault_around = 4 * MIB;
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -EINVAL);
+	o.fault_around = 0;
+	o.flags = FAULTD_REGION_SAME_THREAD;
+	o.pager = &unsafe;
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -EINVAL);
+	o.pager = NULL;
+	o.flags |= FAULTD_REGION_WP;
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -EINVAL);
+	o.flags = FAULTD_REGION_SAME_THREAD;
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	cr_expect_eq(faultd_region_resize(r, 32 * PAGE), -EOPNOTSUPP);
+	o.flags = 0;
+	o.placement = 9;
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -EINVAL);
+	faultd_ctx_destroy(ctx);
+}
