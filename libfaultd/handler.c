@@ -212,15 +212,20 @@ static int handler_cpu(const struct faultd_group *g, unsigned int slot)
 	return -1;
 }
 
+/* Pin @h where the group's placement says: a CPU, or its node's CPUs. */
 static int handler_place(struct faultd_group *g, struct handler *h)
 {
 	int cpu = handler_cpu(g, h->slot);
 	cpu_set_t set;
 
-	if (cpu < 0)
+	if (cpu >= 0) {
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+	} else if (g->pol.placement != FAULTD_PLACE_ANY ||
+		   g->pol.numa_node < 0 ||
+		   numa_node_cpus((unsigned int)g->pol.numa_node, &set) < 0) {
 		return 0;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
+	}
 	return -pthread_setaffinity_np(h->thread, sizeof(set), &set);
 }
 
@@ -386,6 +391,7 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 	if (in_handler_of(ctx))
 		return -EDEADLK;
 	struct group_policy pol = {
+		.numa_node = -1,
 		.threads = o.threads ? o.threads : ctx->handler_threads,
 		.placement = o.placement,
 		.cpu = o.cpu,

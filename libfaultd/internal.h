@@ -297,6 +297,9 @@ struct faultd_region {
 	struct pager_ref *pager; /* a reference; NULL: zero-fill */
 	struct faultd_heap *heap; /* a heap's region: see heap.c */
 	size_t fault_around;	  /* bytes; 0: off */
+	unsigned int numa_policy; /* numa.c */
+	unsigned int numa_node;
+	uint64_t numa_nodes;
 
 	/* Same-thread regions (sigbus.c) */
 	int sig_slot;		  /* in the SIGBUS table; -1: none */
@@ -413,6 +416,16 @@ bool heap_note_poison(struct faultd_heap *h, uintptr_t addr);
 void heap_poisoned(struct faultd_heap *h, uintptr_t addr);
 
 /* ------------------------------------------------------------------------
+ * numa.c - NUMA placement of regions and handler threads.
+ */
+
+#include <sched.h>
+
+int numa_check(unsigned int policy, unsigned int node, uint64_t nodes);
+int numa_apply(struct faultd_region *r, void *addr, size_t len);
+int numa_node_cpus(unsigned int node, cpu_set_t *set);
+
+/* ------------------------------------------------------------------------
  * sigbus.c - same-thread resolution in the faulting thread's SIGBUS handler.
  */
 
@@ -441,6 +454,7 @@ struct group_policy {
 	unsigned int placement;	/* enum faultd_placement */
 	unsigned int cpu;
 	unsigned int busy_poll_us;
+	int numa_node;		/* >= 0: run on that node's CPUs (ANY only) */
 	size_t staging_len;
 	uint64_t features;	/* UFFD_FEATURE_* for its userfaultfd */
 };

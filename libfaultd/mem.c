@@ -125,6 +125,9 @@ static int populate(struct faultd_region *r, size_t off, size_t len)
 	madvise(at, len, MADV_DONTFORK);
 	if (r->flags & FAULTD_REGION_THP)
 		madvise(at, len, MADV_HUGEPAGE);
+	ret = numa_apply(r, at, len);
+	if (ret < 0)
+		goto err;
 	ret = uffd_register(r->group->uffd, (uintptr_t)at, len,
 			    register_mode(r, has_base(r)), NULL);
 	/* Async tracking starts protected: the kernel marks first writes. */

@@ -128,6 +128,8 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 	if (o->group && (o->group->ctx != ctx || o->handler_threads ||
 			 ps > o->group->staging_len))
 		return -EINVAL;
+	if (numa_check(o->numa_policy, o->numa_node, o->numa_nodes) < 0)
+		return -EINVAL;
 	if (o->fault_around &&
 	    ((o->fault_around & (o->fault_around - 1)) ||
 	     o->fault_around < ps || o->fault_around > (2ul << 20) ||
@@ -203,6 +205,9 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	r->write_hook = o->write_hook;
 	r->hook_arg = o->hook_arg;
 	r->fault_around = o->fault_around;
+	r->numa_policy = o->numa_policy;
+	r->numa_node = o->numa_node;
+	r->numa_nodes = o->numa_nodes;
 	if (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) {
 		region_free(r);
 		return NULL;
@@ -226,6 +231,9 @@ static int region_attach_group(struct faultd_region *r,
 			.placement = o->placement,
 			.cpu = o->cpu,
 			.busy_poll_us = o->busy_poll_us,
+			.numa_node = o->numa_policy == FAULTD_NUMA_BIND
+					     ? (int)o->numa_node
+					     : -1,
 			.staging_len = r->page_size,
 			.features = GROUP_FEATURES,
 		};

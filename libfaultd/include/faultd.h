@@ -232,6 +232,22 @@ enum faultd_placement {
 	FAULTD_PLACE_PER_CPU = 2,
 };
 
+/*
+ * NUMA placement of a region's memory (libnuma). The policy is set before
+ * the region is registered, so the pages filled for it land there.
+ * FAULTD_NUMA_BIND: on node opts.numa_node; the region's handler threads
+ *   run on that node's CPUs too (unless a placement above says where).
+ * FAULTD_NUMA_INTERLEAVE: interleaved over the nodes in opts.numa_nodes
+ *   (bit n: node n).
+ * On a one-node machine this works and changes nothing; without NUMA
+ * support in the kernel the request is ignored with a warning.
+ */
+enum faultd_numa_policy {
+	FAULTD_NUMA_DEFAULT = 0,
+	FAULTD_NUMA_BIND = 1,
+	FAULTD_NUMA_INTERLEAVE = 2,
+};
+
 /* ------------------------------------------------------------------------
  * Regions
  */
@@ -328,6 +344,9 @@ struct faultd_region_opts {
 	 * For regions without write tracking, clones or a page-cache base.
 	 */
 	size_t fault_around;
+	unsigned int numa_policy;     /* enum faultd_numa_policy */
+	unsigned int numa_node;	      /* with FAULTD_NUMA_BIND */
+	uint64_t numa_nodes;	      /* with FAULTD_NUMA_INTERLEAVE */
 };
 
 /*
