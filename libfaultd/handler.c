@@ -183,10 +183,7 @@ static void handler_loop(struct handler *h)
 static void *handler_main(void *arg)
 {
 	struct handler *h = arg;
-	char name[16];
 
-	snprintf(name, sizeof(name), "faultd-h%u", h->slot);
-	pthread_setname_np(pthread_self(), name);
 	tls_handler = h;
 	urcu_memb_register_thread();
 	handler_loop(h);
@@ -232,6 +229,7 @@ static int handler_place(struct faultd_group *g, struct handler *h)
 static int handler_start(struct faultd_group *g, unsigned int slot)
 {
 	struct handler *h = &g->handlers[slot];
+	char name[16];
 	int ret;
 
 	h->group = g;
@@ -248,6 +246,9 @@ static int handler_start(struct faultd_group *g, unsigned int slot)
 	if (ret < 0)
 		return ret;
 	h->started = true;
+	/* Named and placed before anyone can see it run. */
+	snprintf(name, sizeof(name), "faultd-h%u", slot % 10000000);
+	pthread_setname_np(h->thread, name);
 	return handler_place(g, h);
 }
 
