@@ -124,8 +124,14 @@ struct page_state *base_state(struct region_base *b, uint64_t off)
  * just map it). A MINOR fault on a page nobody prepared means its content
  * came from elsewhere (written through the memfd before it was frozen, or
  * by its owner): it is in place as it is.
+ *
+ * In an @evictable base (a region with a budget, evict.c) the page cache
+ * loses pages whenever the evictor takes them, so a MINOR fault proves
+ * nothing, and a page is held (BUSY) while it is mapped: BASE_CLAIM_MAPPED
+ * then also means the caller owns it and releases it READY after mapping.
  */
-int base_claim(struct page_state *s, bool minor, bool *was_stale)
+int base_claim(struct page_state *s, bool minor, bool evictable,
+	       bool *was_stale)
 {
 	int32_t v;
 
@@ -133,9 +139,13 @@ int base_claim(struct page_state *s, bool minor, bool *was_stale)
 		v = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 		switch (v & ~PAGE_WAITERS) {
 		case PAGE_READY:
-			return BASE_CLAIM_MAPPED;
+			if (!evictable)
+				return BASE_CLAIM_MAPPED;
+			if (base_trylock(s, PAGE_READY))
+				return BASE_CLAIM_MAPPED;
+			continue;
 		case PAGE_NONE:
-			if (minor) {
+			if (minor && !evictable) {
 				__atomic_compare_exchange_n(
 					&s->state, &v, PAGE_READY, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -160,6 +170,16 @@ int base_claim(struct page_state *s, bool minor, bool *was_stale)
 				      NULL, NULL, 0);
 		}
 	}
+}
+
+/*
+ * base_trylock() - take the page if it is @from (never waits).
+ * Returns whether the caller owns it now (BUSY).
+ */
+bool base_trylock(struct page_state *s, int32_t from)
+{
+	return __atomic_compare_exchange_n(&s->state, &from, PAGE_BUSY, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 /* base_release() - end the preparation: the page is @state now. */

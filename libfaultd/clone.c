@@ -499,6 +499,8 @@ FAULTD_EXPORT int faultd_region_clone(struct faultd_region *p,
 		return -EINVAL;
 	if (in_handler_of(p->ctx))
 		return -EDEADLK;
+	if (p->ev || p->sig_slot >= 0) /* a budget; faults in signal handlers */
+		return -EOPNOTSUPP;
 	if (p->kind == REGION_MEMFD || p->kind == REGION_MEMFD_PRIVATE)
 		return clone_shared(p, &c, childp);
 	if (p->kind != REGION_ANON || p->wp_mode == WP_ASYNC)

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,26 @@ int rwlock_init_writer_pref(pthread_rwlock_t *lock)
 	return -ret;
 }
 
+/*
+ * thread_start() - a thread of the library's own (not a handler): named,
+ * with every signal blocked, so that the application's signals go to its
+ * own threads. Returns 0 or -errno.
+ */
+int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
+		 const char *name)
+{
+	sigset_t all, old;
+	int ret;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = -pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!ret)
+		pthread_setname_np(*t, name);
+	return ret;
+}
+
 static int lock_mode_from_env(unsigned int mode, int *changed)
 {
 	const char *env = getenv("FAULTD_LOCK_MODE");
@@ -187,6 +208,7 @@ FAULTD_EXPORT int faultd_ctx_create(const struct faultd_ctx_opts *opts,
 		goto err_lock;
 	pthread_mutex_init(&ctx->pager_lock, NULL);
 	pthread_mutex_init(&ctx->stats_lock, NULL);
+	pthread_mutex_init(&ctx->pf_lock, NULL);
 	ctx->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	*ctxp = ctx;
 	return 0;
@@ -204,10 +226,17 @@ FAULTD_EXPORT void faultd_ctx_destroy(struct faultd_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	if (in_handler_of(ctx)) {
+		fd_err(ctx, "faultd_ctx_destroy() from a handler thread of the "
+			    "context: not destroyed");
+		return;
+	}
 	while (ctx->regions)
 		faultd_region_destroy(ctx->regions);
 	while (ctx->groups)
 		faultd_group_destroy(ctx->groups);
+	pf_pool_destroy(ctx);
+	pthread_mutex_destroy(&ctx->pf_lock);
 	map_destroy(ctx);
 	if (ctx->pagemap_fd >= 0)
 		close(ctx->pagemap_fd);
@@ -219,12 +248,18 @@ FAULTD_EXPORT void faultd_ctx_destroy(struct faultd_ctx *ctx)
 }
 
 /* Fold the counters of a destroyed region or an exiting group in. */
+void ctx_retire_stats_locked(struct faultd_ctx *ctx,
+			     const struct stat_block *s, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		stat_sum(&ctx->retired, &s[i]);
+}
+
 void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
 		      unsigned int n)
 {
 	pthread_mutex_lock(&ctx->stats_lock);
-	for (unsigned int i = 0; i < n; i++)
-		stat_sum(&ctx->retired, &s[i]);
+	ctx_retire_stats_locked(ctx, s, n);
 	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
@@ -234,35 +269,32 @@ static void ctx_sum_live_locked(const struct faultd_ctx *ctx,
 	for (const struct faultd_region *r = ctx->regions; r; r = r->next) {
 		for (unsigned int i = 0; i < r->nr_stats; i++)
 			stat_sum(acc, &r->stats[i]);
-		if (r->sig_stats)
-			stat_sum(acc, r->sig_stats);
+		stat_sum(acc, r->bg_stats);
 	}
 	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
 		for (unsigned int i = 0; i < g->nthreads; i++)
 			stat_sum(acc, &g->handlers[i].stats);
 }
 
+/*
+ * Under stats_lock alone (a leaf lock), not the context lock: a pager or
+ * write hook may call this while holding a region, with a writer waiting.
+ */
 FAULTD_EXPORT int faultd_ctx_stats(const struct faultd_ctx *cctx,
 				   struct faultd_stats *stats)
 {
 	struct faultd_ctx *ctx = (struct faultd_ctx *)cctx;
 	struct stat_block *acc;
-	bool locked;
 
 	if (!ctx || !stats || stats->size < sizeof(stats->size))
 		return -EINVAL;
 	acc = calloc(1, sizeof(*acc));
 	if (!acc)
 		return -ENOMEM;
-	locked = faultd_ctx_lock_held(ctx);
-	if (!locked)
-		map_read_lock(ctx);
 	pthread_mutex_lock(&ctx->stats_lock);
 	stat_sum(acc, &ctx->retired);
-	pthread_mutex_unlock(&ctx->stats_lock);
 	ctx_sum_live_locked(ctx, acc);
-	if (!locked)
-		map_read_unlock(ctx);
+	pthread_mutex_unlock(&ctx->stats_lock);
 	stat_export(stats, acc);
 	free(acc);
 	return 0;

@@ -149,6 +149,62 @@ static ssize_t collect_async(struct faultd_region *r, uint64_t off,
 	return count;
 }
 
+/*
+ * dirty_collect() - take the dirty set of [off, off + len) into @bitmap
+ * and re-arm tracking (see the guarantee above).
+ * Returns the number of dirty pages or -errno.
+ * Context: the region's lock held; a checked range of a tracked region.
+ */
+ssize_t dirty_collect(struct faultd_region *r, uint64_t off, size_t len,
+		      uint64_t *bitmap)
+{
+	if (r->wp_mode == WP_SYNC)
+		return collect_sync(r, off, len, bitmap);
+	return collect_async(r, off, len, bitmap);
+}
+
+/*
+ * dirty_rearm() - [off, off + len) was collected but its content did not
+ * reach its destination (a write-back failed): report it dirty again.
+ * Context: as dirty_collect().
+ */
+int dirty_rearm(struct faultd_region *r, uint64_t off, size_t len)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&r->dirty_lock);
+	if (r->wp_mode == WP_SYNC) {
+		dirty_mark(r, off, len);
+		ret = 0;
+	} else { /* async: an unprotected page is a written page */
+		ret = uffd_writeprotect(r->group->uffd, r->base + off, len,
+					false);
+	}
+	pthread_rwlock_unlock(&r->dirty_lock);
+	return ret;
+}
+
+/*
+ * dirty_clear() - forget the writes to [off, off + len): its content was
+ * discarded (sync mode; async tracking forgets with the pages).
+ * Context: the region's lock held.
+ */
+void dirty_clear(struct faultd_region *r, uint64_t off, size_t len)
+{
+	size_t first = off / r->page_size, n = len / r->page_size;
+
+	if (r->wp_mode != WP_SYNC || first >= r->dirty_words * 64)
+		return;
+	if (n > r->dirty_words * 64 - first)
+		n = r->dirty_words * 64 - first;
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	for (size_t pg = first; pg < first + n; pg++)
+		atomic_fetch_and_explicit(&r->dirty[pg / 64],
+					  ~(1ull << (pg % 64)),
+					  memory_order_relaxed);
+	pthread_rwlock_unlock(&r->dirty_lock);
+}
+
 FAULTD_EXPORT ssize_t faultd_region_dirty(struct faultd_region *r,
 					  uint64_t off, size_t len,
 					  uint64_t *bitmap)
@@ -160,12 +216,8 @@ FAULTD_EXPORT ssize_t faultd_region_dirty(struct faultd_region *r,
 	if (r->wp_mode == WP_NONE)
 		return -EOPNOTSUPP;
 	pthread_rwlock_rdlock(&r->lock);
-	if (!range_ok(r, off, len))
-		n = -EINVAL;
-	else if (r->wp_mode == WP_SYNC)
-		n = collect_sync(r, off, len, bitmap);
-	else
-		n = collect_async(r, off, len, bitmap);
+	n = range_ok(r, off, len) ? dirty_collect(r, off, len, bitmap)
+				  : -EINVAL;
 	pthread_rwlock_unlock(&r->lock);
 	return n;
 }

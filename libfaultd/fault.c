@@ -202,10 +202,16 @@ static size_t fault_window(const struct fault *f, uintptr_t *start)
 	return (e > end ? end : e) - *start;
 }
 
-/* Fault-around is for plain fills: not once writes are watched (a clone). */
+/*
+ * Fault-around fills pages nobody asked for, so it installs them clean:
+ * write-protected where writes are tracked (FAULT_WP). Not for a write
+ * that must dirty its page at once, nor for clones and their parents,
+ * whose pages each have a history.
+ */
 static bool fault_around_ok(const struct fault *f)
 {
-	return f->r->fault_around && !(f->flags & (FAULT_WP | FAULT_DIRTIES));
+	return f->r->fault_around && !(f->flags & FAULT_DIRTIES) &&
+	       !f->r->snaps && !f->r->cow;
 }
 
 /*
@@ -219,13 +225,21 @@ static bool fault_around_ok(const struct fault *f)
 static bool fault_around(struct fault *f, const void *src, uintptr_t start,
 			 size_t len)
 {
-	ssize_t n = src ? uffd_copy(fault_uffd(f), start, src, len, 0)
-			: uffd_zeropage(fault_uffd(f), start, len, 0);
+	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
+	uint64_t extra = len / f->len - 1;
+	ssize_t n;
 
-	if (n > 0)
-		stat_add(f->st, ST_AROUND,
-			 (uint64_t)n / f->len - (n == (ssize_t)len));
-	return n == (ssize_t)len;
+	/* Counted before the ioctl wakes the thread, as fault_commit(). */
+	stat_add(f->st, ST_AROUND, extra);
+	n = src ? uffd_copy(fault_uffd(f), start, src, len, mode)
+		: uffd_zeropage(fault_uffd(f), start, len, 0);
+	if (n == (ssize_t)len)
+		return true;
+	/* Stopped short: the faulting page is still to do, if it was not
+	 * among those filled. Only this thread writes the counter. */
+	stat_add(f->st, ST_AROUND,
+		 (n > 0 ? (uint64_t)n / f->len : 0) - extra);
+	return false;
 }
 
 /*
@@ -280,6 +294,24 @@ static int fault_can_call_pager(const struct fault *f,
 	return FAULTD_RETRY;
 }
 
+/* The pager's content of [off, off + len) into @buf, counted. */
+static ssize_t fault_fill(struct fault *f, struct pager_ref *pager,
+			  uint64_t off, void *buf, size_t len)
+{
+	ssize_t n = pager_call_fill(f->r, pager, off, buf, len);
+
+	if (n > 0)
+		stat_add(f->st, ST_BYTES_READ, (uint64_t)n);
+	return n;
+}
+
+/* Sequential faults start read-ahead (prefetch.c); @end: filled up to. */
+static void fault_readahead(struct fault *f, uint64_t end)
+{
+	if (f->r->ra)
+		readahead_fault(f->r, f->st, f->off, end);
+}
+
 /*
  * pager_fault_around() - fill the window around the faulting page from
  * the pager in one call and map it in one ioctl. Returns whether the
@@ -290,15 +322,17 @@ static bool pager_fault_around(struct fault *f, void *buf)
 {
 	uintptr_t start;
 	size_t len = fault_window(f, &start);
-	ssize_t n = pager_call_fill(f->r, f->r->pager, start - f->r->base, buf,
-				    len);
+	ssize_t n = fault_fill(f, f->r->pager, start - f->r->base, buf, len);
 
 	if (n < 0)
 		return false;
 	if ((size_t)n < len)
 		faultd_clear((char *)buf + n, len - (size_t)n);
 	fault_commit(f, ST_PAGER_FILLS);
-	return fault_around(f, buf, start, len);
+	if (!fault_around(f, buf, start, len))
+		return false;
+	fault_readahead(f, start + len - f->r->base);
+	return true;
 }
 
 /* do_pager_fault() - a missing page whose content comes from the pager. */
@@ -313,7 +347,7 @@ static int do_pager_fault(struct fault *f)
 		return ret;
 	if (fault_around_ok(f) && pager_fault_around(f, buf))
 		return 0;
-	n = pager_call_fill(f->r, f->r->pager, f->off, buf, f->len);
+	n = fault_fill(f, f->r->pager, f->off, buf, f->len);
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
@@ -321,7 +355,9 @@ static int do_pager_fault(struct fault *f)
 	}
 	if ((size_t)n < f->len)
 		faultd_clear((char *)buf + n, f->len - (size_t)n);
-	return fault_copy(f, buf);
+	ret = fault_copy(f, buf);
+	fault_readahead(f, f->off + f->len);
+	return ret;
 }
 
 static int do_missing_fault(struct fault *f)
@@ -360,7 +396,7 @@ static int base_prepare(struct fault *f, bool stale)
 			(void)*(volatile char *)p;
 		return 0;
 	}
-	n = pager_call_fill(f->r, f->r->cache->pager, f->off, p, f->len);
+	n = fault_fill(f, f->r->cache->pager, f->off, p, f->len);
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
@@ -375,28 +411,48 @@ static int base_prepare(struct fault *f, bool stale)
  * do_base_fault() - a missing or minor fault in a region with a page-cache
  * base. The handler that claims the page prepares it in the page cache;
  * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
+ * In a region with a budget the page is held while it is mapped, so that
+ * the evictor cannot take it from the page cache in between (evict.c);
+ * mapping it marks it used for the evictor's CLOCK.
  */
 static int do_base_fault(struct fault *f)
 {
-	struct page_state *s = base_state(f->r->cache, f->off);
+	struct faultd_region *r = f->r;
+	struct page_state *s = base_state(r->cache, f->off);
 	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR;
 	bool stale = false;
-	int ret;
+	int claim, ret;
 
-	if (f->r->cache->pager) {
-		ret = fault_can_call_pager(f, f->r->cache->pager);
+	if (r->cache->pager) {
+		ret = fault_can_call_pager(f, r->cache->pager);
 		if (ret)
 			return ret;
 	}
-	if (base_claim(s, minor, &stale) == BASE_CLAIM_MAPPED) {
+	claim = base_claim(s, minor, r->ev, &stale);
+	if (claim == BASE_CLAIM_MAPPED) {
 		fault_commit(f, ST_MAPPED);
-		return fault_continue(f);
+	} else {
+		ret = base_prepare(f, stale);
+		if (ret) {
+			base_release(s, PAGE_STALE);
+			if (r->ev && !stale)
+				evict_charge(r, 1);
+			return fault_poison(f, ret);
+		}
+		if (!r->ev)
+			base_release(s, PAGE_READY);
 	}
-	ret = base_prepare(f, stale);
-	base_release(s, ret ? PAGE_STALE : PAGE_READY);
-	if (ret)
-		return fault_poison(f, ret);
-	return fault_continue(f);
+	ret = fault_continue(f);
+	if (!r->ev)
+		return ret;
+	evict_mapped(r, f->off, f->len);
+	base_release(s, PAGE_READY);
+	if (claim == BASE_CLAIM_PREPARE) {
+		if (!stale)
+			evict_charge(r, 1);
+		fault_readahead(f, f->off + f->len);
+	}
+	return ret;
 }
 
 /*

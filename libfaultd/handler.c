@@ -405,8 +405,10 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 	if (ret < 0)
 		return ret;
 	map_write_lock(ctx);
+	pthread_mutex_lock(&ctx->stats_lock);
 	g->next = ctx->groups;
 	ctx->groups = g;
+	pthread_mutex_unlock(&ctx->stats_lock);
 	map_write_unlock(ctx);
 	*gp = g;
 	return 0;
@@ -427,9 +429,11 @@ FAULTD_EXPORT int faultd_group_destroy(struct faultd_group *g)
 		map_write_unlock(ctx);
 		return -EBUSY;
 	}
+	pthread_mutex_lock(&ctx->stats_lock);
 	for (pg = &ctx->groups; *pg != g; pg = &(*pg)->next)
 		;
 	*pg = g->next;
+	pthread_mutex_unlock(&ctx->stats_lock);
 	map_write_unlock(ctx);
 	group_stop(g);
 	group_free(g);

@@ -244,13 +244,27 @@ FAULTD_EXPORT int faultd_heap_create(struct faultd_ctx *ctx,
 	return 0;
 }
 
-FAULTD_EXPORT void faultd_heap_destroy(struct faultd_heap *h)
+/* heap_free() - the heap's region is freed: so is the heap it carries. */
+void heap_free(struct faultd_heap *h)
 {
 	if (!h)
 		return;
-	faultd_region_destroy(h->region);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
+}
+
+FAULTD_EXPORT void faultd_heap_destroy(struct faultd_heap *h)
+{
+	int ret;
+
+	if (!h)
+		return;
+	/* The region owns the heap (heap_free()), also when the context
+	 * is destroyed first. */
+	ret = faultd_region_destroy(h->region);
+	if (ret < 0)
+		fd_err(h->region->ctx, "%s: heap not destroyed: %s",
+		       h->region->name, strerror(-ret));
 }
 
 FAULTD_EXPORT void *faultd_heap_base(const struct faultd_heap *h)

@@ -76,7 +76,10 @@ enum uffd_outcome uffd_classify(ssize_t ret);
  * stats.c - counters kept per (region, handler thread), summed when read.
  */
 
-/* In the order of the fields of struct faultd_stats after .size. */
+/*
+ * In the order of the fields of struct faultd_stats after .size: those
+ * before latency[], then those after it.
+ */
 enum stat_item {
 	ST_FAULTS,
 	ST_ZERO_FILLS,
@@ -100,6 +103,13 @@ enum stat_item {
 	ST_POISONED,
 	ST_PAGER_ERRORS,
 	ST_EVENTS,
+	ST_V1_NR, /* the fields before latency[] end here */
+	ST_READAHEAD = ST_V1_NR,
+	ST_RA_HITS,
+	ST_EVICTIONS,
+	ST_WRITEBACKS,
+	ST_BYTES_READ,
+	ST_BYTES_WRITTEN,
 	ST_NR,
 };
 
@@ -122,6 +132,13 @@ static inline void stat_add(struct stat_block *s, enum stat_item i,
 static inline void stat_inc(struct stat_block *s, enum stat_item i)
 {
 	stat_add(s, i, 1);
+}
+
+/* For a block that several threads count into (a region's bg_stats). */
+static inline void stat_add_shared(struct stat_block *s, enum stat_item i,
+				   uint64_t n)
+{
+	__atomic_fetch_add(&s->c[i], n, __ATOMIC_RELAXED);
 }
 
 void stat_latency(struct stat_block *s, uint64_t ns);
@@ -163,17 +180,22 @@ struct faultd_ctx {
 	void *log_arg;
 	int log_level;
 
-	/* Under map_lock (write) */
+	/* Changed under map_lock (write) and stats_lock; read under either */
 	struct faultd_region *regions; /* list of live regions */
 	struct faultd_group *groups;   /* list of groups */
 
-	/* Counters of destroyed regions and exited handler threads. */
+	/* Counters of destroyed regions and exited handler threads; also
+	 * held (inside map_lock) to change the lists above. A leaf. */
 	pthread_mutex_t stats_lock;
 	struct stat_block retired;
 
 	/* A page of zeros, never written: the source of zero-fill copies. */
 	void *zero_page;
 	int pagemap_fd;	/* /proc/self/pagemap, for PAGEMAP_SCAN */
+
+	/* Prefetch workers, started by the first region that needs them. */
+	pthread_mutex_t pf_lock;
+	struct pf_pool *pf;
 };
 
 void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
@@ -191,6 +213,10 @@ void map_write_lock(struct faultd_ctx *ctx);
 void map_write_unlock(struct faultd_ctx *ctx);
 void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
 		      unsigned int n);
+void ctx_retire_stats_locked(struct faultd_ctx *ctx,
+			     const struct stat_block *s, unsigned int n);
+int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
+		 const char *name);
 
 /* ------------------------------------------------------------------------
  * map.c - the region map: a sorted array of regions published with RCU.
@@ -229,6 +255,7 @@ struct pager_ref {
 struct pager_ref *pager_ref_new(const struct faultd_pager *p);
 struct pager_ref *pager_get(struct pager_ref *ref);
 void pager_put(struct pager_ref *ref);
+void pager_disown(struct pager_ref *ref);
 bool pager_concurrent(const struct pager_ref *ref);
 ssize_t pager_call_fill(struct faultd_region *r, struct pager_ref *ref,
 			uint64_t off, void *buf, size_t len);
@@ -303,8 +330,19 @@ struct faultd_region {
 
 	/* Same-thread regions (sigbus.c) */
 	int sig_slot;		  /* in the SIGBUS table; -1: none */
-	struct stat_block *sig_stats; /* counted with atomics, any thread */
 	struct sig_staging *sig_staging;
+	/* Counted with atomics by threads other than the group's handlers:
+	 * SIGBUS handlers, prefetch workers, the evictor, sync callers. */
+	struct stat_block *bg_stats;
+
+	/* Read-ahead and prefetch (prefetch.c) */
+	size_t ra_max;		  /* bytes; 0: no read-ahead */
+	struct readahead *ra;
+	atomic_int pf_pending;	  /* prefetch requests queued or running */
+	atomic_bool pf_dying;	  /* being destroyed: drop requests */
+
+	/* Bounded memory (evict.c); NULL: no budget */
+	struct evict *ev;
 
 	/* Write-protection and dirty tracking (dirty.c) */
 	enum wp_mode wp_mode;
@@ -370,10 +408,12 @@ struct region_base *base_get(struct region_base *b);
 void base_put(struct region_base *b);
 int base_grow(struct region_base *b, size_t len);
 struct page_state *base_state(struct region_base *b, uint64_t off);
-int base_claim(struct page_state *s, bool minor, bool *was_stale);
+int base_claim(struct page_state *s, bool minor, bool evictable,
+	       bool *was_stale);
 void base_release(struct page_state *s, int32_t state);
 void base_mark_stale(struct region_base *b, uint64_t off, size_t len);
 void base_forget(struct region_base *b, uint64_t off, size_t len);
+bool base_trylock(struct page_state *s, int32_t from);
 
 /* ------------------------------------------------------------------------
  * clone.c - copy-on-write clones.
@@ -407,6 +447,44 @@ void clone_child_destroy_locked(struct faultd_region *child);
 void dirty_mark(struct faultd_region *r, uint64_t off, size_t len);
 int dirty_alloc(struct faultd_region *r, size_t len);
 
+void dirty_clear(struct faultd_region *r, uint64_t off, size_t len);
+ssize_t dirty_collect(struct faultd_region *r, uint64_t off, size_t len,
+		      uint64_t *bitmap);
+int dirty_rearm(struct faultd_region *r, uint64_t off, size_t len);
+
+/* ------------------------------------------------------------------------
+ * prefetch.c - prefetch workers (one pool per context) and read-ahead.
+ */
+
+struct pf_pool;
+
+int prefetch_setup(struct faultd_region *r);
+void prefetch_quiesce(struct faultd_region *r);
+void prefetch_free(struct faultd_region *r);
+void pf_pool_destroy(struct faultd_ctx *ctx);
+void readahead_fault(struct faultd_region *r, struct stat_block *st,
+		     uint64_t off, uint64_t end);
+
+/* ------------------------------------------------------------------------
+ * evict.c - bounded memory: the resident budget, CLOCK, write-back, sync.
+ */
+
+int evict_setup(struct faultd_region *r, const struct faultd_region_opts *o);
+int evict_start(struct faultd_region *r);
+void evict_stop(struct faultd_region *r);
+void evict_free(struct faultd_region *r);
+int evict_grow(struct faultd_region *r, size_t len);
+void evict_shrink(struct faultd_region *r, size_t old_len, size_t len);
+void evict_mapped(struct faultd_region *r, uint64_t off, size_t len);
+void evict_charge(struct faultd_region *r, size_t pages);
+int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
+
+/* ------------------------------------------------------------------------
+ * file.c - the file pager.
+ */
+
+bool pager_is_file(const struct faultd_pager *p);
+
 /* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.
  */
@@ -414,6 +492,7 @@ int dirty_alloc(struct faultd_region *r, size_t len);
 bool heap_fault_below_break(struct faultd_heap *h, uintptr_t addr);
 bool heap_note_poison(struct faultd_heap *h, uintptr_t addr);
 void heap_poisoned(struct faultd_heap *h, uintptr_t addr);
+void heap_free(struct faultd_heap *h);
 
 /* ------------------------------------------------------------------------
  * numa.c - NUMA placement of regions and handler threads.

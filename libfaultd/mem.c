@@ -98,7 +98,8 @@ static uint64_t register_mode(const struct faultd_region *r, bool base)
 
 static bool has_base(const struct faultd_region *r)
 {
-	return r->kind == REGION_MEMFD_HUGETLB || r->kind == REGION_MEMFD_PRIVATE;
+	return r->kind == REGION_MEMFD_HUGETLB ||
+	       r->kind == REGION_MEMFD_PRIVATE || r->ev;
 }
 
 /* Give [off, off + len) back to the reservation: memory freed, unmapped. */
@@ -163,7 +164,7 @@ int mem_map(struct faultd_region *r, void *addr)
 	if ((r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) &&
 	    r->memfd < 0)
 		ret = memfd_open(r, len);
-	if (!ret && r->kind == REGION_MEMFD_HUGETLB && !r->cache)
+	if (!ret && (r->kind == REGION_MEMFD_HUGETLB || r->ev) && !r->cache)
 		ret = base_create(r);
 	if (!ret)
 		ret = populate(r, 0, len);

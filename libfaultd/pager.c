@@ -44,6 +44,12 @@ void pager_put(struct pager_ref *ref)
 	free(ref);
 }
 
+/* The pager goes back to its owner: dropping @ref will not release it. */
+void pager_disown(struct pager_ref *ref)
+{
+	ref->p.release = NULL;
+}
+
 bool pager_concurrent(const struct pager_ref *ref)
 {
 	return ref->p.flags &

@@ -104,6 +104,49 @@ static int region_same_thread_check(const struct faultd_region_opts *o)
 	return 0;
 }
 
+/* Fault-around and read-ahead: sizes, and regions that can have them. */
+static int region_fill_ahead_check(const struct faultd_region_opts *o,
+				   size_t ps)
+{
+	size_t fa = o->fault_around, ra = o->readahead_max;
+
+	if (fa > FAULTD_FAULT_AROUND_OFF &&
+	    ((fa & (fa - 1)) || fa < ps || fa > (2ul << 20) ||
+	     (o->flags & FAULTD_REGION_HUGETLB) || o->budget))
+		return -EINVAL;
+	if (ra > FAULTD_READAHEAD_OFF &&
+	    (!aligned(ra, ps) || ra > (256ul << 20) || !o->pager ||
+	     (o->flags & (FAULTD_REGION_HUGETLB | FAULTD_REGION_SAME_THREAD))))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * A budget: a memfd region (the caller set FAULTD_REGION_MEMFD) of small
+ * pages whose writes are tracked synchronously, with a concurrent pager
+ * that can write back - the evictor calls it from its own thread, and a
+ * dirty page can only leave through it.
+ */
+static int region_budget_check(const struct faultd_region_opts *o, size_t ps)
+{
+	uint64_t have = uffd_have();
+
+	if (!o->budget)
+		return o->budget_low ? -EINVAL : 0;
+	if (!aligned(o->budget, ps) || o->budget < 16 * ps ||
+	    !aligned(o->budget_low, ps) || o->budget_low >= o->budget)
+		return -EINVAL;
+	if (!o->pager || !o->pager->writeback ||
+	    !(o->pager->flags & FAULTD_PAGER_CONCURRENT) ||
+	    !(o->flags & FAULTD_REGION_WP) ||
+	    (o->flags & (FAULTD_REGION_HUGETLB | FAULTD_REGION_THP |
+			 FAULTD_REGION_SAME_THREAD)))
+		return -EINVAL;
+	if (!(have & FAULTD_HAVE_MINOR_SHMEM))
+		return -EOPNOTSUPP;
+	return 0;
+}
+
 static int region_opts_check(const struct faultd_ctx *ctx,
 			     const struct faultd_region_opts *o, size_t ps)
 {
@@ -130,21 +173,21 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 		return -EINVAL;
 	if (numa_check(o->numa_policy, o->numa_node, o->numa_nodes) < 0)
 		return -EINVAL;
-	if (o->fault_around &&
-	    ((o->fault_around & (o->fault_around - 1)) ||
-	     o->fault_around < ps || o->fault_around > (2ul << 20) ||
-	     (o->flags & (FAULTD_REGION_HUGETLB | REGION_WP_FLAGS))))
-		return -EINVAL;
 	if (o->pager && (o->pager->size < sizeof(struct faultd_pager) ||
 			 !o->pager->fill ||
 			 (o->pager->flags & ~PAGER_KNOWN_FLAGS)))
 		return -EINVAL;
-	return 0;
+	ret = region_fill_ahead_check(o, ps);
+	return ret ? ret : region_budget_check(o, ps);
 }
 
 /* Free @r and what it owns; its memory is unmapped (or never was). */
 static void region_free(struct faultd_region *r)
 {
+	heap_free(r->heap);
+	evict_free(r);
+	prefetch_free(r);
+	free(r->bg_stats);
 	sigbus_free(r);
 	pager_put(r->pager);
 	base_put(r->cache);
@@ -158,6 +201,18 @@ static void region_free(struct faultd_region *r)
 	free(r);
 }
 
+/*
+ * Free a region that never became visible. A pager the caller passed in
+ * options stays the caller's: its release() is not called (the contract
+ * of faultd_region_create()).
+ */
+static void region_free_unborn(struct faultd_region *r, bool callers_pager)
+{
+	if (callers_pager && r->pager)
+		pager_disown(r->pager);
+	region_free(r);
+}
+
 /* Take over what a library-internal creation hands to the region. */
 static void region_take_init(struct faultd_region *r,
 			     const struct region_init *init)
@@ -167,6 +222,32 @@ static void region_take_init(struct faultd_region *r,
 	r->memfd = init->memfd;
 	r->pager = init->pager;
 	r->wp_registered = init->wp_registered;
+}
+
+/*
+ * The fault-around and read-ahead of a region: as asked, or the defaults -
+ * on for regions served by the file pager (64 KiB, like the kernel's
+ * fault_around_bytes, and up to 2 MiB ahead), off otherwise. A region
+ * with a budget has no fault-around (it maps pages one by one to see them
+ * used) and reads ahead at most a quarter of its budget.
+ */
+static void region_fill_ahead(struct faultd_region *r,
+			      const struct faultd_region_opts *o)
+{
+	bool file = o->pager && pager_is_file(o->pager);
+	bool plain = r->page_size == (size_t)r->ctx->page_size &&
+		     !(o->flags & FAULTD_REGION_SAME_THREAD);
+
+	if (o->fault_around > FAULTD_FAULT_AROUND_OFF)
+		r->fault_around = o->fault_around;
+	else if (!o->fault_around && file && plain && !o->budget)
+		r->fault_around = 64ul << 10;
+	if (o->readahead_max > FAULTD_READAHEAD_OFF)
+		r->ra_max = o->readahead_max;
+	else if (!o->readahead_max && file && plain)
+		r->ra_max = 2ul << 20;
+	if (o->budget && r->ra_max > o->budget / 4)
+		r->ra_max = o->budget / 4 & ~(r->page_size - 1);
 }
 
 static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
@@ -204,14 +285,18 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	r->wp_registered |= r->wp_mode != WP_NONE;
 	r->write_hook = o->write_hook;
 	r->hook_arg = o->hook_arg;
-	r->fault_around = o->fault_around;
+	region_fill_ahead(r, o);
 	r->numa_policy = o->numa_policy;
 	r->numa_node = o->numa_node;
 	r->numa_nodes = o->numa_nodes;
-	if (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) {
-		region_free(r);
+	r->bg_stats = aligned_alloc(CACHELINE, sizeof(*r->bg_stats));
+	if (!r->bg_stats ||
+	    (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) ||
+	    evict_setup(r, o) < 0 || prefetch_setup(r) < 0) {
+		region_free_unborn(r, !init);
 		return NULL;
 	}
+	memset(r->bg_stats, 0, sizeof(*r->bg_stats));
 	snprintf(r->name, sizeof(r->name), "%s", o->name ? o->name : "region");
 	return r;
 }
@@ -268,10 +353,15 @@ static void region_detach_group(struct faultd_region *r)
 	r->group = NULL;
 }
 
+/*
+ * The context's lists change under map_lock (write) and stats_lock, so
+ * that faultd_ctx_stats() can walk them under stats_lock alone.
+ */
 static void region_link_locked(struct faultd_region *r)
 {
 	struct faultd_ctx *ctx = r->ctx;
 
+	pthread_mutex_lock(&ctx->stats_lock);
 	r->next = ctx->regions;
 	ctx->regions = r;
 	r->group->nregions++;
@@ -279,23 +369,29 @@ static void region_link_locked(struct faultd_region *r)
 		r->group->next = ctx->groups;
 		ctx->groups = r->group;
 	}
+	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
+/* Unlink @r and fold its counters into the context's, in one step. */
 static void region_unlink_locked(struct faultd_region *r)
 {
 	struct faultd_ctx *ctx = r->ctx;
 	struct faultd_region **pr = &ctx->regions;
 	struct faultd_group **pg = &ctx->groups;
 
+	pthread_mutex_lock(&ctx->stats_lock);
 	while (*pr != r)
 		pr = &(*pr)->next;
 	*pr = r->next;
 	r->group->nregions--;
-	if (!r->group->implicit)
-		return;
-	while (*pg != r->group)
-		pg = &(*pg)->next;
-	*pg = r->group->next;
+	if (r->group->implicit) {
+		while (*pg != r->group)
+			pg = &(*pg)->next;
+		*pg = r->group->next;
+	}
+	ctx_retire_stats_locked(ctx, r->stats, r->nr_stats);
+	ctx_retire_stats_locked(ctx, r->bg_stats, 1);
+	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
 /* Release what a library-internal creation handed over, on failure. */
@@ -335,7 +431,9 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 		region_init_release(init);
 		return -ENOMEM;
 	}
-	ret = region_attach_group(r, o);
+	ret = evict_start(r);
+	if (!ret)
+		ret = region_attach_group(r, o);
 	if (ret < 0)
 		goto err_group;
 
@@ -363,7 +461,7 @@ err_unlock:
 	map_write_unlock(ctx);
 err_group:
 	region_detach_group(r);
-	region_free(r);
+	region_free_unborn(r, !init);
 	return ret;
 }
 
@@ -382,6 +480,8 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 				sizeof(o.name));
 	if (ret < 0)
 		return ret;
+	if (o.budget) /* its pages live in a page cache: see evict.c */
+		o.flags |= FAULTD_REGION_MEMFD;
 	return region_create(ctx, &o, NULL, regionp);
 }
 
@@ -406,9 +506,6 @@ static struct region_map *region_kill_locked(struct faultd_region *r)
 	mem_unmap(r);
 	pthread_rwlock_unlock(&r->lock);
 	region_unlink_locked(r);
-	ctx_retire_stats(r->ctx, r->stats, r->nr_stats);
-	if (r->sig_stats)
-		ctx_retire_stats(r->ctx, r->sig_stats, 1);
 	return old;
 }
 
@@ -425,6 +522,9 @@ FAULTD_EXPORT int faultd_region_destroy(struct faultd_region *r)
 	g = r->group;
 	if (in_handler_of(ctx))
 		return -EDEADLK;
+	/* Before any lock: their threads take the region's lock. */
+	prefetch_quiesce(r);
+	evict_stop(r);
 	clone_parent_destroy(r);
 	len = atomic_load(&r->len);
 	map_write_lock(ctx);
@@ -472,9 +572,15 @@ static int region_resize_locked(struct faultd_region *r, size_t old_len,
 	if (len > old_len && r->wp_mode == WP_SYNC)
 		ret = dirty_alloc(r, len);
 	if (!ret && len > old_len)
+		ret = evict_grow(r, len);
+	if (!ret && len > old_len) {
 		ret = mem_grow(r, old_len, len);
-	else if (len < old_len)
+	} else if (len < old_len) {
+		/* The cut tail's writes go with it, as with ftruncate(). */
+		dirty_clear(r, len, old_len - len);
+		evict_shrink(r, old_len, len);
 		mem_shrink(r, old_len, len);
+	}
 	if (!ret)
 		atomic_store(&r->len, len);
 	return ret;
@@ -525,8 +631,12 @@ FAULTD_EXPORT int faultd_region_discard(struct faultd_region *r,
 		ret = -EBUSY;
 	else if (r->cow)
 		ret = -EOPNOTSUPP;
+	else if (r->ev)
+		ret = evict_discard(r, off, len);
 	else
 		ret = mem_discard(r, off, len);
+	if (!ret && !r->ev) /* the content is gone: so are its writes */
+		dirty_clear(r, off, len);
 	pthread_rwlock_unlock(&r->lock);
 	return ret;
 }
@@ -541,8 +651,8 @@ FAULTD_EXPORT int faultd_region_stats(const struct faultd_region *r,
 	memset(&acc, 0, sizeof(acc));
 	for (unsigned int i = 0; i < r->nr_stats; i++)
 		stat_sum(&acc, &r->stats[i]);
-	if (r->sig_stats)
-		stat_sum(&acc, r->sig_stats);
+	if (r->bg_stats)
+		stat_sum(&acc, r->bg_stats);
 	stat_export(stats, &acc);
 	return 0;
 }

@@ -89,7 +89,7 @@ static void *staging_get(struct sig_staging *st, unsigned int *slot)
 
 static void sig_count(struct faultd_region *r, enum stat_item i)
 {
-	__atomic_fetch_add(&r->sig_stats->c[i], 1, __ATOMIC_RELAXED);
+	stat_add_shared(r->bg_stats, i, 1);
 }
 
 /* The window to fill: the fault-around window, or the page. */
@@ -134,10 +134,9 @@ static void sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
 	n = copy ? uffd_copy(fd, start, from, len, 0)
 		 : uffd_zeropage(fd, start, len, 0);
 	if (n > 0 && len > r->page_size) /* as fault_around() counts them */
-		__atomic_fetch_add(&r->sig_stats->c[ST_AROUND],
-				   (uint64_t)n / r->page_size -
-					   (n == (ssize_t)len),
-				   __ATOMIC_RELAXED);
+		stat_add_shared(r->bg_stats, ST_AROUND,
+				(uint64_t)n / r->page_size -
+					(n == (ssize_t)len));
 	if (n == (ssize_t)len)
 		return;
 	if (len > r->page_size)
@@ -225,8 +224,9 @@ static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
  * faultd_sigbus() - resolve a SIGBUS if it is a fault in a same-thread
  * region. Returns 1 if it was (the access may be retried), 0 if not.
  */
-FAULTD_EXPORT int faultd_sigbus(int sig, siginfo_t *info, void *ucontext)
+FAULTD_EXPORT int faultd_sigbus(int sig, void *siginfo, void *ucontext)
 {
+	const siginfo_t *info = siginfo;
 	uintptr_t addr;
 	int used;
 
@@ -342,10 +342,8 @@ int sigbus_add(struct faultd_region *r)
 	pthread_once(&install_once, install);
 	if (install_err)
 		return install_err;
-	r->sig_stats = aligned_alloc(CACHELINE, sizeof(*r->sig_stats));
-	if (!r->sig_stats || (r->pager && staging_alloc(r) < 0))
+	if (r->pager && staging_alloc(r) < 0)
 		return -ENOMEM;
-	memset(r->sig_stats, 0, sizeof(*r->sig_stats));
 	pthread_mutex_lock(&slots_lock);
 	for (int i = 0; i < SIGBUS_SLOTS; i++) {
 		struct sigbus_slot *s = &slots[i];
@@ -385,7 +383,5 @@ void sigbus_remove(struct faultd_region *r)
 void sigbus_free(struct faultd_region *r)
 {
 	staging_free(r->sig_staging);
-	free(r->sig_stats);
 	r->sig_staging = NULL;
-	r->sig_stats = NULL;
 }

@@ -18,6 +18,14 @@ _Static_assert(offsetof(struct faultd_stats, events) -
 			       offsetof(struct faultd_stats, faults) ==
 		       (ST_EVENTS - ST_FAULTS) * sizeof(uint64_t),
 	       "enum stat_item must follow the fields of struct faultd_stats");
+_Static_assert(offsetof(struct faultd_stats, bytes_written) -
+			       offsetof(struct faultd_stats, readahead) ==
+		       (ST_BYTES_WRITTEN - ST_READAHEAD) * sizeof(uint64_t) &&
+		       ST_BYTES_WRITTEN + 1 == ST_NR &&
+		       offsetof(struct faultd_stats, readahead) ==
+			       offsetof(struct faultd_stats, latency) +
+				       FAULTD_HIST_BUCKETS * sizeof(uint64_t),
+	       "the fields after latency[] must follow it in enum order");
 
 uint64_t now_ns(void)
 {
@@ -75,8 +83,10 @@ void stat_export(struct faultd_stats *out, const struct stat_block *s)
 
 	memset(&full, 0, sizeof(full));
 	full.size = n;
-	memcpy(&full.faults, s->c, sizeof(s->c));
+	memcpy(&full.faults, s->c, ST_V1_NR * sizeof(s->c[0]));
 	memcpy(full.latency, s->lat, sizeof(s->lat));
+	memcpy(&full.readahead, s->c + ST_V1_NR,
+	       (ST_NR - ST_V1_NR) * sizeof(s->c[0]));
 	memcpy(out, &full, n);
 }
 

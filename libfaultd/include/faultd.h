@@ -21,7 +21,6 @@
 #ifndef FAULTD_H
 #define FAULTD_H
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -208,6 +207,39 @@ struct faultd_pager {
 };
 
 /* ------------------------------------------------------------------------
+ * The file pager
+ */
+
+#define FAULTD_FILE_DIRECT (1u << 0) /* read and write with O_DIRECT */
+
+struct faultd_file_opts {
+	size_t size;		/* sizeof(struct faultd_file_opts) */
+	int fd;			/* the file (or block device); not taken */
+	uint64_t offset;	/* file offset of the region's start (4 KiB
+				   aligned) */
+	unsigned int flags;	/* FAULTD_FILE_* */
+};
+
+/*
+ * faultd_file_pager() - a pager that serves a region from a file: reads
+ * and write-backs through io_uring, several in flight at once (a fill is
+ * split into 64 KiB reads submitted together; every handler, prefetch and
+ * eviction thread has a ring of its own). The file's size is taken now:
+ * the region's part beyond it reads as zeros; a read that comes back short
+ * before it (the file was truncated underneath) is an error, so the page
+ * is poisoned (SIGBUS), never zeros. Write-back (eviction of dirty pages,
+ * faultd_region_sync()) writes the region's pages to the file and may
+ * grow it. The pager is FAULTD_PAGER_CONCURRENT. Regions whose pager is a
+ * file pager default to 64 KiB fault-around and 2 MiB read-ahead.
+ * Fills *pager; it owns a duplicate of @opts->fd, closed by its release()
+ * (called by the region that takes it, or by you if no region does).
+ * Returns 0, or -EINVAL (NULL, bad fd/flags, unaligned offset, not a
+ * regular file or block device), or the error of fstat/open.
+ */
+int faultd_file_pager(const struct faultd_file_opts *opts,
+		      struct faultd_pager *pager);
+
+/* ------------------------------------------------------------------------
  * Handler placement
  */
 
@@ -338,16 +370,47 @@ struct faultd_region_opts {
 	/*
 	 * Fault-around: a missing fault fills the naturally aligned window
 	 * of this many bytes around the faulting page (a power of two, at
-	 * least a page; 0: off), with one ioctl, never over pages already
-	 * present nor past the region. Zero-fill reads map the zero page
-	 * (no memory); writes and pager fills allocate the whole window.
-	 * For regions without write tracking, clones or a page-cache base.
+	 * least a page), with one ioctl, never over pages already present
+	 * nor past the region - the library's ->map_pages(). Zero-fill reads
+	 * map the zero page (no memory); writes and pager fills allocate the
+	 * whole window. 0: the default (64 KiB for the file pager, off
+	 * otherwise); FAULTD_FAULT_AROUND_OFF: off. Not for clones, nor for
+	 * regions with a budget (read-ahead fills those ahead instead).
 	 */
 	size_t fault_around;
 	unsigned int numa_policy;     /* enum faultd_numa_policy */
 	unsigned int numa_node;	      /* with FAULTD_NUMA_BIND */
 	uint64_t numa_nodes;	      /* with FAULTD_NUMA_INTERLEAVE */
+	/*
+	 * Read-ahead: when faults come in sequence, the pages after them
+	 * are filled ahead, asynchronously, in a window that doubles while
+	 * the sequence holds (up to this many bytes) and falls back to the
+	 * fault-around size when it breaks. 0: the default (2 MiB for the
+	 * file pager, off otherwise); FAULTD_READAHEAD_OFF: off. Needs a
+	 * pager.
+	 */
+	size_t readahead_max;
+	/*
+	 * Bounded memory: when the region's resident memory passes
+	 * @budget bytes, pages are evicted down to @budget_low (0: 7/8 of
+	 * @budget) by a thread of the region. Clean pages are dropped (the
+	 * next access reads them again from the pager); dirty ones - the
+	 * region needs FAULTD_REGION_WP - are written back with the pager's
+	 * writeback() first. Victims are chosen by CLOCK (second chance):
+	 * "recently used" means accessed since the clock hand last passed
+	 * the page. The hand unmaps a page it passes but keeps it in memory;
+	 * the next access maps it again with a cheap minor fault and marks
+	 * it used; a page not accessed by the next pass is evicted. A budget
+	 * makes the region a memfd (FAULTD_REGION_MEMFD) resolved with minor
+	 * faults. 0: no budget.
+	 */
+	size_t budget;
+	size_t budget_low;
 };
+
+/* Values of fault_around and readahead_max that turn them off. */
+#define FAULTD_FAULT_AROUND_OFF ((size_t)1)
+#define FAULTD_READAHEAD_OFF ((size_t)1)
 
 /*
  * faultd_region_create() - reserve and register a region, and start its
@@ -496,6 +559,39 @@ int faultd_region_clone(struct faultd_region *parent,
 			struct faultd_region **childp);
 
 /*
+ * faultd_region_prefetch() - fill [offset, offset + len) of the region
+ * from its pager (or zeros) in the background, leaving pages already
+ * present alone; pages are installed clean (write-protected where writes
+ * are tracked). Returns at once: 0, or -EINVAL (NULL, unaligned, empty,
+ * outside the region), -EOPNOTSUPP (huge pages, a clone, a heap, a
+ * memfd-hugetlb region), -EBUSY (a region with clones), -EAGAIN (the
+ * context's queue of requests is full: wait and retry), -ENOMEM, or the
+ * error of starting the worker threads (two per context, started by the
+ * first region or call that needs them). In a region with a budget the
+ * pages prefetched count against it like any other.
+ * faultd_region_prefetch_wait() returns when no prefetch of the region is
+ * queued or running: those queued before the call, and any queued while
+ * it waits (read-ahead included). Returns 0, or -EINVAL (NULL).
+ * Context: any thread but a handler thread of the region's context
+ * (-EDEADLK).
+ */
+int faultd_region_prefetch(struct faultd_region *region, uint64_t offset,
+			   size_t len);
+int faultd_region_prefetch_wait(struct faultd_region *region);
+
+/*
+ * faultd_region_sync() - write the dirty pages of [offset, offset + len)
+ * back with the pager's writeback(), without dropping them - msync() for
+ * this library. Pages written while it runs stay dirty for the next sync.
+ * Returns 0, -EINVAL (unaligned, outside), -EOPNOTSUPP (no FAULTD_REGION_WP
+ * or a pager without writeback()), or the first writeback() error (the
+ * page stays dirty).
+ * Context: any thread but a handler thread of the region's context.
+ */
+int faultd_region_sync(struct faultd_region *region, uint64_t offset,
+		       size_t len);
+
+/*
  * faultd_region_memfd() - the memfd behind a FAULTD_REGION_MEMFD region
  * (owned by the region; dup() it to keep it), or -EINVAL.
  * Pages of the memfd touched through another mapping are filled by the
@@ -506,11 +602,12 @@ int faultd_region_memfd(const struct faultd_region *region);
 
 /*
  * faultd_sigbus() - for a program's own SIGBUS handler: resolve the signal
- * if it is a fault in a FAULTD_REGION_SAME_THREAD region. Returns 1 if it
- * was (return from the handler: the access is retried), 0 if not (handle
- * it as yours). Async-signal-safe.
+ * if it is a fault in a FAULTD_REGION_SAME_THREAD region. @info is the
+ * handler's siginfo_t * (void * here so that the header needs no POSIX
+ * feature macros). Returns 1 if it was (return from the handler: the
+ * access is retried), 0 if not (handle it as yours). Async-signal-safe.
  */
-int faultd_sigbus(int sig, siginfo_t *info, void *ucontext);
+int faultd_sigbus(int sig, void *info, void *ucontext);
 
 /* ------------------------------------------------------------------------
  * Handler groups: one userfaultfd and a set of threads serving many regions
@@ -587,12 +684,25 @@ struct faultd_stats {
 	uint64_t events;	/* non-cooperative events read */
 	/* time from reading the message to its resolution, ns */
 	uint64_t latency[FAULTD_HIST_BUCKETS];
+	/* Added after latency[]: fields are only ever appended. */
+	uint64_t readahead;	/* pages filled ahead of faults (read-ahead
+				   and faultd_region_prefetch()) */
+	uint64_t ra_hits;	/* faults that continued a sequence: the
+				   read-ahead window grew */
+	uint64_t evictions;	/* pages evicted for the budget */
+	uint64_t writebacks;	/* pages written back (eviction, sync) */
+	uint64_t bytes_read;	/* from the pager */
+	uint64_t bytes_written;	/* to the pager */
 };
 
 /*
  * faultd_region_stats(), faultd_ctx_stats() - read the counters. They are
  * kept per handler thread and summed here, so a read while faults run is a
  * consistent snapshot of each thread's counters, not of all of them at once.
+ * A fault is counted (faults and how it was resolved) before its thread
+ * resumes; what else the handler did for it (around after a window that
+ * stopped short, read-ahead queued) may be counted just after. Once the
+ * region is destroyed its counters are final, and in the context's.
  * Returns 0, or -EINVAL (NULL argument, stats->size too small).
  * Context: any thread.
  */

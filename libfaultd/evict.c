@@ -1,0 +1,638 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * evict.c - bounded memory and write-back: a region's resident budget, the
+ * CLOCK that chooses what to evict, and faultd_region_sync().
+ *
+ * A region with a budget is a memfd with a page-cache base (base.c): its
+ * pages are prepared in the page cache and mapped with UFFDIO_CONTINUE,
+ * always write-protected, so the first write to each is a write-protect
+ * fault that marks it dirty (dirty.c). "Resident" means in the page
+ * cache; the fault path and the prefetch workers charge each page they
+ * bring in, and past the budget they wake the region's evictor thread.
+ *
+ * CLOCK (second chance): a page is "used" when it is mapped - by a fault,
+ * or a prefetch - which sets its bit in ref. The hand sweeps the pages in
+ * the page cache; a used page has its bit cleared and its mapping zapped
+ * (MADV_DONTNEED on the shared mapping: the page stays in the page cache),
+ * so that the next access to it is a minor fault that marks it used again;
+ * a page not used since the hand last passed is evicted. The kernel's
+ * accessed bits are not visible from user space without privileges
+ * (idle-page tracking); the minor fault is our accessed bit.
+ *
+ * Eviction of a page never loses a write: the page is taken (BUSY: faults
+ * on it wait), unmapped - after MADV_DONTNEED returns no CPU can write it
+ * - then its dirty bit is taken under dirty_lock for writing, which waits
+ * for a handler that is between marking a page dirty and unprotecting it;
+ * a dirty page is written back from the library's alias, and only then is
+ * it punched out of the page cache. If the write-back fails the page stays,
+ * dirty. A write that was held by its write-protect fault when the page was
+ * taken is retried by the writer after the eviction, on a page read again.
+ *
+ * Lock order: region->lock (read) > ev->lock > dirty_lock. ev->lock makes
+ * the evictor, faultd_region_sync() and discards of the region take turns;
+ * a fault path that is far over budget evicts itself only if it gets the
+ * lock at once. Nothing waits for a page (BUSY) while it holds one, except
+ * sync and discard, which hold ev->lock - so no evictor holds one then.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+#define EVICT_BATCH 256
+#define WRITEBACK_MAX (4ul << 20)	/* bytes per writeback() call */
+
+struct evict {
+	size_t high, low, hard;	/* pages: wake the thread, stop, evict now */
+	atomic_size_t resident;	/* pages in the page cache */
+	_Atomic uint64_t *ref;	/* a bit per page: used since the hand passed */
+	size_t ref_words;
+
+	atomic_size_t maps;	/* pages mapped so far: the application's pace */
+	pthread_mutex_t lock;	/* eviction, sync and discard take turns */
+	size_t hand;		/* page index, under lock */
+	size_t wrap_maps;	/* maps when the hand last passed page 0 */
+	uint64_t victims[EVICT_BATCH];	/* page offsets, under lock */
+	bool dirty[EVICT_BATCH];
+	int32_t was[EVICT_BATCH];	/* discard: the states it took */
+
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t wait_lock;
+	pthread_cond_t wait_cond;
+	bool kicked, stopping;	/* under wait_lock */
+	atomic_bool kick_pending;
+};
+
+static struct page_state *state(struct faultd_region *r, uint64_t off)
+{
+	return base_state(r->cache, off);
+}
+
+/* ------------------------------------------------------------------------
+ * Write-back.
+ */
+
+/*
+ * writeback() - [off, off + len) of @r from @src to the pager, counted.
+ * On failure the range is reported dirty again. Returns 0 or -errno.
+ */
+static int writeback(struct faultd_region *r, uint64_t off, size_t len,
+		     const void *src)
+{
+	struct pager_ref *p = r->cache ? r->cache->pager : r->pager;
+	bool serial = !pager_concurrent(p);
+	uint64_t n;
+	int ret;
+
+	if (serial) /* the caller holds the context lock (read) */
+		pthread_mutex_lock(&r->ctx->pager_lock);
+	ret = p->p.writeback(p->p.arg, r, off, src, len);
+	if (serial)
+		pthread_mutex_unlock(&r->ctx->pager_lock);
+
+	if (!ret) {
+		stat_add_shared(r->bg_stats, ST_WRITEBACKS, len / r->page_size);
+		stat_add_shared(r->bg_stats, ST_BYTES_WRITTEN, len);
+		return 0;
+	}
+	/* A failing device fails every retry: log the 1st, 2nd, 4th... */
+	n = __atomic_add_fetch(&r->bg_stats->c[ST_PAGER_ERRORS], 1,
+			       __ATOMIC_RELAXED);
+	if (!(n & (n - 1)))
+		fd_err(r->ctx,
+		       "%s: write-back of %zu bytes at offset %#llx: %s "
+		       "(%llu failures; the pages stay dirty)",
+		       r->name, len, (unsigned long long)off, strerror(-ret),
+		       (unsigned long long)n);
+	dirty_rearm(r, off, len);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction.
+ */
+
+/* Zap the mappings of [first, first + n) pages; the page cache keeps them. */
+static void zap(struct faultd_region *r, size_t first, size_t n)
+{
+	if (n)
+		madvise((char *)r->base + first * r->page_size,
+			n * r->page_size, MADV_DONTNEED);
+}
+
+/*
+ * The end of the run of victims from @i: consecutive pages that agree on
+ * being dirty (with @by_dirty).
+ */
+static size_t run_end(const struct evict *ev, size_t i, size_t n, size_t ps,
+		      bool by_dirty)
+{
+	size_t j = i + 1;
+
+	while (j < n && ev->victims[j] == ev->victims[j - 1] + ps &&
+	       (!by_dirty || ev->dirty[j] == ev->dirty[i]))
+		j++;
+	return j;
+}
+
+/* Take the dirty bits of the (unmapped) victims. */
+static void take_dirty(struct faultd_region *r, struct evict *ev, size_t n)
+{
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	for (size_t i = 0; i < n; i++) {
+		size_t pg = ev->victims[i] / r->page_size;
+		uint64_t bit = 1ull << (pg % 64);
+
+		ev->dirty[i] = atomic_fetch_and(&r->dirty[pg / 64], ~bit) & bit;
+	}
+	pthread_rwlock_unlock(&r->dirty_lock);
+}
+
+/* Punch [off, off + len) out of the page cache and forget its pages. */
+static size_t drop_run(struct faultd_region *r, uint64_t off, size_t len)
+{
+	size_t ps = r->page_size;
+	bool ok = !fallocate(r->cache->memfd,
+			     FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			     (off_t)off, (off_t)len);
+
+	if (!ok)
+		fd_err(r->ctx, "%s: cannot punch offset %#llx: %s", r->name,
+		       (unsigned long long)off, strerror(errno));
+	for (uint64_t o = off; o < off + len; o += ps)
+		base_release(state(r, o), ok ? PAGE_NONE : PAGE_READY);
+	return ok ? len / ps : 0;
+}
+
+/* Write back the run of victims [i, j); returns false if it failed. */
+static bool evict_writeback(struct faultd_region *r, struct evict *ev,
+			    size_t i, size_t j)
+{
+	size_t ps = r->page_size, max = WRITEBACK_MAX / ps;
+
+	for (size_t k = i; k < j; k += max) {
+		size_t l = (j - k < max ? j - k : max) * ps;
+		uint64_t off = ev->victims[k];
+
+		if (writeback(r, off, l, r->cache->alias + off) < 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * evict_batch() - evict the @n victims the caller took (BUSY): unmap,
+ * take their dirty bits, write the dirty ones back, then drop them. A run
+ * whose write-back fails stays, dirty.
+ */
+static void evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
+{
+	size_t ps = r->page_size, gone = 0;
+
+	for (size_t i = 0, j; i < n; i = j) {
+		j = run_end(ev, i, n, ps, false);
+		zap(r, ev->victims[i] / ps, j - i);
+	}
+	take_dirty(r, ev, n);
+	for (size_t i = 0, j; i < n; i = j) {
+		j = run_end(ev, i, n, ps, true);
+		if (ev->dirty[i] && !evict_writeback(r, ev, i, j)) {
+			for (size_t k = i; k < j; k++)
+				base_release(state(r, ev->victims[k]),
+					     PAGE_READY);
+			continue;
+		}
+		gone += drop_run(r, ev->victims[i], (j - i) * ps);
+	}
+	atomic_fetch_sub(&ev->resident, gone);
+	stat_add_shared(r->bg_stats, ST_EVICTIONS, gone);
+}
+
+/* Clear the page's used bit; returns whether it was set. */
+static bool ref_test_clear(struct evict *ev, size_t pg)
+{
+	uint64_t bit = 1ull << (pg % 64);
+
+	return atomic_fetch_and(&ev->ref[pg / 64], ~bit) & bit;
+}
+
+/*
+ * The hand starts a new round only once the application has mapped pages
+ * since it started the last one: a page whose bit it cleared must have had
+ * the time to be used again before it comes back, or CLOCK degrades to
+ * FIFO (rounds that clear every bit and then evict everything).
+ */
+static bool clock_may_wrap(struct evict *ev)
+{
+	size_t maps = atomic_load(&ev->maps);
+
+	if (maps - ev->wrap_maps < ev->high - ev->low)
+		return false;
+	ev->wrap_maps = maps;
+	return true;
+}
+
+/*
+ * clock_scan() - move the hand over up to *steps pages: used pages get a
+ * second chance (bit cleared, mapping zapped), the others are taken as
+ * victims, up to EVICT_BATCH. Returns the number of victims.
+ */
+static size_t clock_scan(struct faultd_region *r, struct evict *ev,
+			 size_t nr, size_t *steps)
+{
+	size_t n = 0, zap_first = 0, zap_n = 0;
+
+	while (n < EVICT_BATCH && *steps) {
+		size_t pg = ev->hand;
+		struct page_state *s;
+		int32_t v;
+
+		if (!pg && !clock_may_wrap(ev)) {
+			*steps = 0;
+			break;
+		}
+		s = state(r, pg * r->page_size);
+		v = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+		ev->hand = pg + 1 < nr ? pg + 1 : 0;
+		(*steps)--;
+		if (v != PAGE_READY && v != PAGE_STALE)
+			continue;
+		if (ref_test_clear(ev, pg)) {
+			if (zap_first + zap_n != pg) {
+				zap(r, zap_first, zap_n);
+				zap_first = pg;
+				zap_n = 0;
+			}
+			zap_n++;
+			continue;
+		}
+		if (base_trylock(s, v))
+			ev->victims[n++] = pg * r->page_size;
+	}
+	zap(r, zap_first, zap_n);
+	return n;
+}
+
+/*
+ * evict_run() - evict until at most @target pages are resident, or the
+ * hand has gone round once, or may not start a new round yet
+ * (clock_may_wrap()). What is left is for the next charge.
+ * Context: ev->lock held; the caller keeps the region from changing (its
+ * lock, or the context lock, held for reading).
+ */
+static void evict_run(struct faultd_region *r, size_t target)
+{
+	struct evict *ev = r->ev;
+	size_t nr = atomic_load(&r->len) / r->page_size;
+	size_t steps = nr;
+
+	if (ev->hand >= nr)
+		ev->hand = 0;
+	while (atomic_load(&ev->resident) > target && steps) {
+		size_t n = clock_scan(r, ev, nr, &steps);
+
+		if (n)
+			evict_batch(r, ev, n);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The evictor thread and the charge that wakes it.
+ */
+
+static void *evictor_main(void *arg)
+{
+	struct faultd_region *r = arg;
+	struct evict *ev = r->ev;
+
+	for (;;) {
+		pthread_mutex_lock(&ev->wait_lock);
+		while (!ev->kicked && !ev->stopping)
+			pthread_cond_wait(&ev->wait_cond, &ev->wait_lock);
+		ev->kicked = false;
+		pthread_mutex_unlock(&ev->wait_lock);
+		if (ev->stopping)
+			break;
+		pthread_rwlock_rdlock(&r->lock);
+		pthread_mutex_lock(&ev->lock);
+		if (!r->dead)
+			evict_run(r, ev->low);
+		pthread_mutex_unlock(&ev->lock);
+		pthread_rwlock_unlock(&r->lock);
+		atomic_store(&ev->kick_pending, false);
+	}
+	return NULL;
+}
+
+static void evictor_kick(struct evict *ev)
+{
+	if (atomic_exchange(&ev->kick_pending, true))
+		return;
+	pthread_mutex_lock(&ev->wait_lock);
+	ev->kicked = true;
+	pthread_cond_signal(&ev->wait_cond);
+	pthread_mutex_unlock(&ev->wait_lock);
+}
+
+/*
+ * evict_charge() - @pages more are in the page cache. Past the budget the
+ * evictor is woken; far past it (it cannot keep up), the caller evicts
+ * down to the budget itself if no one else is evicting - the kernel's
+ * direct reclaim.
+ * Context: the fault path or a prefetch worker, holding the region.
+ */
+void evict_charge(struct faultd_region *r, size_t pages)
+{
+	struct evict *ev = r->ev;
+	size_t res = atomic_fetch_add(&ev->resident, pages) + pages;
+
+	if (res <= ev->high)
+		return;
+	evictor_kick(ev);
+	if (res > ev->hard && !pthread_mutex_trylock(&ev->lock)) {
+		evict_run(r, ev->high);
+		pthread_mutex_unlock(&ev->lock);
+	}
+}
+
+/* evict_mapped() - [off, off + len) was mapped: it is used. */
+void evict_mapped(struct faultd_region *r, uint64_t off, size_t len)
+{
+	atomic_fetch_add_explicit(&r->ev->maps, len / r->page_size,
+				  memory_order_relaxed);
+	for (size_t pg = off / r->page_size; pg < (off + len) / r->page_size;
+	     pg++)
+		atomic_fetch_or_explicit(&r->ev->ref[pg / 64], 1ull << (pg % 64),
+					 memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------
+ * Regions.
+ */
+
+static int ref_alloc(struct evict *ev, size_t pages)
+{
+	size_t words = (pages + 63) / 64;
+	_Atomic uint64_t *p;
+
+	if (words <= ev->ref_words)
+		return 0;
+	p = realloc((void *)ev->ref, words * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	memset((void *)(p + ev->ref_words), 0,
+	       (words - ev->ref_words) * sizeof(*p));
+	ev->ref = p;
+	ev->ref_words = words;
+	return 0;
+}
+
+/*
+ * evict_setup() - the budget of a new region (checked options). The
+ * thread is started by evict_start() once the region is mapped.
+ */
+int evict_setup(struct faultd_region *r, const struct faultd_region_opts *o)
+{
+	struct evict *ev;
+	size_t ps = r->page_size;
+
+	if (!o->budget)
+		return 0;
+	ev = calloc(1, sizeof(*ev));
+	if (!ev || ref_alloc(ev, r->max_len / ps) < 0) {
+		free(ev);
+		return -ENOMEM;
+	}
+	ev->high = o->budget / ps;
+	ev->low = o->budget_low ? o->budget_low / ps : ev->high / 8 * 7;
+	ev->hard = ev->high + (ev->high - ev->low);
+	pthread_mutex_init(&ev->lock, NULL);
+	pthread_mutex_init(&ev->wait_lock, NULL);
+	pthread_cond_init(&ev->wait_cond, NULL);
+	r->ev = ev;
+	return 0;
+}
+
+int evict_start(struct faultd_region *r)
+{
+	int ret;
+
+	if (!r->ev)
+		return 0;
+	ret = thread_start(&r->ev->thread, evictor_main, r, "faultd-evict");
+	r->ev->started = !ret;
+	return ret;
+}
+
+/* evict_stop() - stop the evictor. Context: no region lock held. */
+void evict_stop(struct faultd_region *r)
+{
+	struct evict *ev = r->ev;
+
+	if (!ev || !ev->started)
+		return;
+	pthread_mutex_lock(&ev->wait_lock);
+	ev->stopping = true;
+	pthread_cond_signal(&ev->wait_cond);
+	pthread_mutex_unlock(&ev->wait_lock);
+	pthread_join(ev->thread, NULL);
+	ev->started = false;
+}
+
+void evict_free(struct faultd_region *r)
+{
+	struct evict *ev = r->ev;
+
+	if (!ev)
+		return;
+	evict_stop(r);
+	pthread_cond_destroy(&ev->wait_cond);
+	pthread_mutex_destroy(&ev->wait_lock);
+	pthread_mutex_destroy(&ev->lock);
+	free((void *)ev->ref);
+	free(ev);
+	r->ev = NULL;
+}
+
+/* evict_grow() - cover @len bytes. Context: the region write-locked. */
+int evict_grow(struct faultd_region *r, size_t len)
+{
+	return r->ev ? ref_alloc(r->ev, len / r->page_size) : 0;
+}
+
+/*
+ * evict_shrink() - the pages of [len, old_len) are about to leave.
+ * Context: the region write-locked: no page of it is held.
+ */
+void evict_shrink(struct faultd_region *r, size_t old_len, size_t len)
+{
+	size_t gone = 0;
+
+	if (!r->ev)
+		return;
+	for (uint64_t o = len; o < old_len; o += r->page_size)
+		gone += state(r, o)->state != PAGE_NONE;
+	atomic_fetch_sub(&r->ev->resident, gone);
+}
+
+/*
+ * take_range() - own every page of [off, off + len), waiting for those
+ * someone holds; the states they had go to @was (READY, NONE or STALE).
+ * Context: ev->lock held, so no evictor holds pages.
+ */
+static void take_range(struct faultd_region *r, uint64_t off, size_t len,
+		       int32_t *was)
+{
+	for (size_t i = 0; i < len / r->page_size; i++) {
+		bool stale = false;
+		int c = base_claim(state(r, off + i * r->page_size), false, true,
+				   &stale);
+
+		was[i] = c == BASE_CLAIM_MAPPED ? PAGE_READY
+			 : stale		 ? PAGE_STALE
+						 : PAGE_NONE;
+	}
+}
+
+/*
+ * evict_discard() - drop [off, off + len) of a region with a budget: its
+ * pages leave the page cache and their writes are forgotten; the next
+ * access reads them from the pager again.
+ * Context: the region's lock held for reading.
+ */
+int evict_discard(struct faultd_region *r, uint64_t off, size_t len)
+{
+	struct evict *ev = r->ev;
+	size_t ps = r->page_size, chunk = EVICT_BATCH * ps;
+	int ret = 0;
+
+	pthread_mutex_lock(&ev->lock);
+	for (uint64_t o = off; o < off + len; o += chunk) {
+		size_t l = off + len - o < chunk ? off + len - o : chunk, gone = 0;
+
+		take_range(r, o, l, ev->was);
+		if (fallocate(r->cache->memfd,
+			      FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)o, (off_t)l) < 0 && !ret)
+			ret = -errno;
+		dirty_clear(r, o, l);
+		for (size_t i = 0; i < l / ps; i++) {
+			gone += ev->was[i] != PAGE_NONE;
+			base_release(state(r, o + i * ps), PAGE_NONE);
+		}
+		atomic_fetch_sub(&ev->resident, gone);
+	}
+	pthread_mutex_unlock(&ev->lock);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * faultd_region_sync()
+ */
+
+/*
+ * sync_run() - write back the dirty run [off, off + len) (len <=
+ * WRITEBACK_MAX). With a budget, from the alias, holding the pages so
+ * that none is evicted or re-read meanwhile; a page that turns out not to
+ * be in the page cache was evicted, written back already.
+ */
+static int sync_run(struct faultd_region *r, uint64_t off, size_t len)
+{
+	size_t ps = r->page_size, n = len / ps;
+	int32_t was[WRITEBACK_MAX / 4096];
+	int ret = 0;
+
+	if (!r->ev)
+		return writeback(r, off, len, (const char *)r->base + off);
+	take_range(r, off, len, was);
+	for (size_t i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && (was[j] == PAGE_READY) ==
+						 (was[i] == PAGE_READY);
+		     j++)
+			;
+		if (was[i] == PAGE_READY) {
+			int err = writeback(r, off + i * ps, (j - i) * ps,
+					    r->cache->alias + off + i * ps);
+
+			ret = ret ? ret : err;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		base_release(state(r, off + i * ps), was[i]);
+	return ret;
+}
+
+/* Write back each run of set bits of @bitmap (pages from @off). */
+static int sync_bitmap(struct faultd_region *r, uint64_t off, size_t len,
+		       const uint64_t *bitmap)
+{
+	size_t ps = r->page_size, n = len / ps, max = WRITEBACK_MAX / ps;
+	int ret = 0;
+
+	for (size_t i = 0, j; i < n; i = j) {
+		if (!(bitmap[i / 64] & (1ull << (i % 64)))) {
+			j = i + 1;
+			continue;
+		}
+		for (j = i + 1; j < n && j - i < max &&
+				(bitmap[j / 64] & (1ull << (j % 64)));
+		     j++)
+			;
+		int err = sync_run(r, off + i * ps, (j - i) * ps);
+
+		ret = ret ? ret : err;
+	}
+	return ret;
+}
+
+static int sync_check(struct faultd_region *r, uint64_t off, size_t len)
+{
+	struct pager_ref *p;
+	size_t cur;
+
+	if (!r || !len || (off | len) & (r->page_size - 1))
+		return -EINVAL;
+	cur = atomic_load(&r->len);
+	if (off >= cur || len > cur - off)
+		return -EINVAL;
+	p = r->cache ? r->cache->pager : r->pager;
+	if (r->wp_mode == WP_NONE || !p || !p->p.writeback || r->cow)
+		return -EOPNOTSUPP;
+	return in_handler_of(r->ctx) ? -EDEADLK : 0;
+}
+
+FAULTD_EXPORT int faultd_region_sync(struct faultd_region *r, uint64_t off,
+				     size_t len)
+{
+	struct pager_ref *p;
+	uint64_t *bitmap;
+	bool locked;
+	ssize_t n;
+	int ret = sync_check(r, off, len);
+
+	if (ret < 0)
+		return ret;
+	bitmap = calloc((len / r->page_size + 63) / 64, sizeof(*bitmap));
+	if (!bitmap)
+		return -ENOMEM;
+	p = r->cache ? r->cache->pager : r->pager;
+	locked = !pager_concurrent(p);
+	if (locked)
+		map_read_lock(r->ctx);
+	pthread_rwlock_rdlock(&r->lock);
+	if (r->ev)
+		pthread_mutex_lock(&r->ev->lock);
+	n = dirty_collect(r, off, len, bitmap);
+	ret = n < 0 ? (int)n : n ? sync_bitmap(r, off, len, bitmap) : 0;
+	if (r->ev)
+		pthread_mutex_unlock(&r->ev->lock);
+	pthread_rwlock_unlock(&r->lock);
+	if (locked)
+		map_read_unlock(r->ctx);
+	free(bitmap);
+	return ret;
+}
