@@ -1,0 +1,179 @@
+#!/bin/sh
+# consumer.sh - the library as an outside program sees it. Install the
+# build into a temporary DESTDIR; check that the shared and static library,
+# faultd.h, libfaultd.pc and the man pages land where they belong; then
+# build every program of examples/ against the installed copy only, with
+# pkg-config (PKG_CONFIG_SYSROOT_DIR pointing into the DESTDIR), run them
+# with LD_LIBRARY_PATH set to the installed lib dir, and link one against
+# the static library with "pkg-config --static".
+#
+# usage: consumer.sh MESON BUILD_DIR SOURCE_DIR PROJECT_VERSION
+set -eu
+
+. "$(dirname "$0")/tap.sh"
+
+[ $# -eq 4 ] || bail "usage: $0 MESON BUILD_DIR SOURCE_DIR VERSION"
+meson=$1 build=$2 src=$3 version=$4
+cc=${CC:-cc}
+for tool in "$cc" pkg-config readelf ldd python3; do
+	command -v "$tool" >/dev/null 2>&1 ||
+		bail "$tool not found (scripts/deps.sh installs what is needed)"
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+dest=$tmp/destdir
+
+# The directories meson installs to, absolute (before the DESTDIR).
+"$meson" introspect "$build" --buildoptions >"$tmp/options.json" ||
+	bail "meson introspect failed"
+eval "$(python3 - "$tmp/options.json" <<'EOF'
+import json, os, sys
+opts = {o["name"]: o["value"] for o in json.load(open(sys.argv[1]))}
+for name in ("libdir", "includedir", "mandir"):
+    print("%s='%s'" % (name, os.path.join(opts["prefix"], opts[name])))
+print("sanitize='%s'" % opts.get("b_sanitize", "none"))
+EOF
+)"
+
+# A library built with sanitizers needs their runtime in the program: an
+# outside program built against it would use the same -fsanitize.
+san=""
+if [ "$sanitize" != none ]; then
+	san="-fsanitize=$sanitize"
+	diag "the library is built with $san: so are the programs here"
+fi
+
+# Nothing is built here: meson test built what the tests need, and ninja
+# (make test) the rest. Say what is missing rather than fail in install.
+"$meson" introspect "$build" --installed >"$tmp/installed.json"
+missing=$(python3 - "$tmp/installed.json" <<'EOF'
+import json, os, sys
+for built in json.load(open(sys.argv[1])):
+    if os.path.isabs(built) and not os.path.lexists(built):
+        print(built)
+EOF
+)
+[ -z "$missing" ] || bail "not built (run ninja -C $build first):" $missing
+
+out=$("$meson" install -C "$build" --no-rebuild --destdir "$dest" 2>&1) || {
+	diag "$out"
+	bail "meson install --destdir failed"
+}
+ok "meson install --destdir"
+
+lib=$dest$libdir
+inc=$dest$includedir
+mandest=$dest$mandir
+soversion=${version%%.*}
+
+check "faultd.h in $includedir is the source's" \
+	cmp "$src/libfaultd/include/faultd.h" "$inc/faultd.h"
+check "libfaultd.so.$version in $libdir" test -f "$lib/libfaultd.so.$version"
+check "libfaultd.so.$soversion links to it" \
+	test "$(readlink "$lib/libfaultd.so.$soversion")" = "libfaultd.so.$version"
+check "libfaultd.so links to libfaultd.so.$soversion" \
+	test "$(readlink "$lib/libfaultd.so")" = "libfaultd.so.$soversion"
+check "libfaultd.a in $libdir" test -f "$lib/libfaultd.a"
+check "libfaultd.pc in $libdir/pkgconfig" test -f "$lib/pkgconfig/libfaultd.pc"
+
+man_missing=""
+for page in "$src"/man/*.[1-9]; do
+	name=$(basename "$page")
+	cmp -s "$page" "$mandest/man${name##*.}/$name" ||
+		man_missing="$man_missing $name"
+done
+check "every page of man/ is installed in $mandir/manN" test -z "$man_missing"
+[ -z "$man_missing" ] || diag "missing or different:$man_missing"
+
+# pkg-config as an outside build uses it, resolved into the DESTDIR.
+PKG_CONFIG_PATH=$lib/pkgconfig
+PKG_CONFIG_SYSROOT_DIR=$dest
+export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+check "pkg-config --modversion libfaultd is $version" \
+	test "$(pkg-config --modversion libfaultd)" = "$version"
+cflags=$(pkg-config --cflags libfaultd)
+libs=$(pkg-config --libs libfaultd)
+case " $cflags " in
+*" -I$inc "*) ok "pkg-config --cflags points into the DESTDIR" ;;
+*) not_ok "pkg-config --cflags points into the DESTDIR"
+   diag "cflags: $cflags" ;;
+esac
+case " $libs " in
+*" -L$lib "*) ok "pkg-config --libs points into the DESTDIR" ;;
+*) not_ok "pkg-config --libs points into the DESTDIR"
+   diag "libs: $libs" ;;
+esac
+
+# Each example, built the way its header comment says, then run.
+uses_installed_header() {
+	deps=$("$cc" -M $san $cflags "$1") || return 1
+	case $deps in
+	*"$inc/faultd.h"*) ;;
+	*) echo "faultd.h does not come from $inc: $deps"; return 1 ;;
+	esac
+}
+
+uses_installed_lib() {
+	out=$(LD_LIBRARY_PATH=$lib ldd "$1") || return 1
+	echo "$out" | grep -q "libfaultd\.so\.$soversion => $lib/" || {
+		echo "$out"
+		return 1
+	}
+}
+
+# run DESCRIPTION COMMAND...: a test point that is skipped, not failed,
+# when the program cannot use userfaultfd here (as the uffd suite would).
+run() {
+	run_desc=$1
+	shift
+	if out=$("$@" 2>&1); then
+		ok "$run_desc"
+	elif echo "$out" | grep -Eq \
+		'faultd_ctx_create: (Function not implemented|Operation not permitted)'
+	then
+		skip "$run_desc" "userfaultfd unavailable: $out"
+	else
+		not_ok "$run_desc"
+		diag "$out"
+	fi
+}
+
+for example in "$src"/examples/*.c; do
+	name=$(basename "$example" .c)
+	exe=$tmp/$name
+	# $cflags and $libs are lists of words: unquoted on purpose.
+	if out=$("$cc" -Wall -Werror $san -o "$exe" "$example" $cflags $libs \
+		2>&1)
+	then
+		ok "examples/$name.c builds with pkg-config --cflags --libs"
+	else
+		not_ok "examples/$name.c builds with pkg-config --cflags --libs"
+		diag "$out"
+		continue
+	fi
+	check "examples/$name.c includes the installed faultd.h" \
+		uses_installed_header "$example"
+	check "$name loads the installed libfaultd.so.$soversion" \
+		uses_installed_lib "$exe"
+	run "$name runs with the installed library" \
+		env LD_LIBRARY_PATH="$lib" "$exe"
+done
+
+# The static library: what --static adds must be enough to link it.
+example=$src/examples/heap_alloc.c
+exe=$tmp/heap_alloc-static
+static_libs=$(pkg-config --static --libs libfaultd)
+if out=$("$cc" -Wall -Werror $san -o "$exe" "$example" $cflags -Wl,--as-needed \
+	-L"$lib" -l:libfaultd.a $static_libs 2>&1)
+then
+	ok "heap_alloc.c links libfaultd.a with pkg-config --static --libs"
+	check "heap_alloc-static does not need libfaultd.so" \
+		sh -c "! readelf -d '$exe' | grep -q 'NEEDED.*libfaultd'"
+	run "heap_alloc-static runs" env -u LD_LIBRARY_PATH "$exe"
+else
+	not_ok "heap_alloc.c links libfaultd.a with pkg-config --static --libs"
+	diag "$out"
+fi
+
+tap_end
