@@ -21,7 +21,7 @@
 
 #include "internal.h" /* stat_block and its histogram, shared with the library */
 
-#define BENCH_MAX_METRICS 4
+#define BENCH_MAX_METRICS 6
 #define BENCH_MAX_VARIANTS 16
 #define BENCH_MAX_RATIOS 12
 #define BENCH_MAX_THREADS 256
@@ -73,6 +73,7 @@ extern const struct scenario scenario_brk;
 extern const struct scenario scenario_pf2;
 extern const struct scenario scenario_pf3;
 extern const struct scenario scenario_dirty;
+extern const struct scenario scenario_file;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

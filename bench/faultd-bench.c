@@ -33,6 +33,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_clear,
 	&scenario_brk,
 	&scenario_dirty,
+	&scenario_file,
 };
 
 #define MAX_ROUNDS 64
