@@ -62,7 +62,7 @@ struct faultd_group;
 #define FAULTD_HAVE_POISON (1ull << 8)		/* UFFDIO_POISON */
 #define FAULTD_HAVE_MOVE (1ull << 9)		/* UFFDIO_MOVE */
 #define FAULTD_HAVE_SIGBUS (1ull << 10)		/* UFFD_FEATURE_SIGBUS */
-#define FAULTD_HAVE_EVENTS (1ull << 11)		/* fork/remap/remove/unmap */
+#define FAULTD_HAVE_EVENTS (1ull << 11)		/* only EVENT_UNMAP is probed */
 #define FAULTD_HAVE_PAGEMAP_SCAN (1ull << 12)	/* PAGEMAP_SCAN ioctl */
 
 struct faultd_features {
@@ -75,11 +75,16 @@ struct faultd_features {
 /*
  * faultd_probe() - find what the running kernel supports.
  * Opens a userfaultfd (through /dev/userfaultfd, or the syscall when the
- * device is missing or closed to us) and asks UFFDIO_API for every feature.
- * The answer is computed once per process and cached.
- * Returns 0, or -ENOSYS (no userfaultfd in this kernel), -EPERM (not allowed:
- * see vm.unprivileged_userfaultfd and /dev/userfaultfd's mode), -EINVAL
- * (f is NULL or f->size is too small).
+ * device is missing or closed to us; a syscall refused with EPERM is
+ * retried with UFFD_USER_MODE_ONLY) and asks UFFDIO_API for every feature.
+ * The answer, or the error, is computed once per process and cached: a
+ * failure is not retried. *f is filled up to the smaller of f->size and
+ * ours, and f->size is set to that.
+ * Returns 0, or -ENOSYS (no userfaultfd in this kernel), -EPERM (the
+ * user-mode-only retry was refused too: see vm.unprivileged_userfaultfd
+ * and /dev/userfaultfd's mode), -EINVAL (f is NULL or f->size does not
+ * cover have; or a kernel before 5.11, which refuses the retry's flag),
+ * or another error of opening the fd or of UFFDIO_API.
  * Context: any thread.
  */
 int faultd_probe(struct faultd_features *f);
@@ -110,7 +115,8 @@ typedef void (*faultd_log_fn)(void *arg, int level, const char *msg);
  * FAULTD_LOCK_GLOBAL: every fault takes the context lock for reading, the
  *   model of the kernel before per-VMA locks. Kept for comparison.
  * The environment variable FAULTD_LOCK_MODE=global|region overrides the
- * option (for running a program unchanged in both modes).
+ * option (for running a program unchanged in both modes); any other
+ * non-empty value makes faultd_ctx_create() fail with -EINVAL.
  */
 enum faultd_lock_mode {
 	FAULTD_LOCK_REGION = 0,
@@ -130,19 +136,24 @@ struct faultd_ctx_opts {
  * faultd_ctx_create() - create a context: a region map, its lock, and the
  * defaults for the regions created in it.
  * @opts may be NULL for the defaults.
- * Returns 0 and the context in *ctxp, or -EINVAL (bad option, NULL ctxp),
- * -ENOMEM, or the error of faultd_probe() when userfaultfd is unusable.
+ * Returns 0 and the context in *ctxp, or -EINVAL (NULL ctxp, opts->size
+ * short of log_level, bad lock_mode, a bad FAULTD_LOCK_MODE value), -E2BIG
+ * (opts->size beyond ours with non-zero unknown fields), -ENOMEM, or the
+ * error of faultd_probe() when userfaultfd is unusable.
  * Context: any thread that is not a handler thread.
  */
 int faultd_ctx_create(const struct faultd_ctx_opts *opts,
 		      struct faultd_ctx **ctxp);
 
 /*
- * faultd_ctx_destroy() - destroy every region and group of the context, stop
- * its handler threads and free it. Handles of its regions and groups become
- * invalid. Accepts NULL.
- * Context: not from a handler thread or a pager callback; not concurrently
- * with any other call on the same context.
+ * faultd_ctx_destroy() - destroy every region, heap and group of the
+ * context, stop its handler and prefetch threads and free it. Handles of
+ * its regions, heaps and groups become invalid: destroying one afterwards
+ * is a use-after-free. Accepts NULL.
+ * Context: not concurrently with any other call on the context or its
+ * objects. From a handler thread of the context it logs an error and
+ * does nothing; from any other pager callback (prefetch worker, evictor)
+ * it would wait for itself.
  */
 void faultd_ctx_destroy(struct faultd_ctx *ctx);
 
@@ -186,22 +197,41 @@ struct faultd_pager {
 	 * produced: len, or fewer, in which case the rest is zeroed (a file
 	 * that ends inside the range); or a negative errno, in which case the
 	 * pages are poisoned (an access gets SIGBUS) and the error is counted
-	 * and logged. It never becomes a page of zeros.
-	 * Context: a handler thread of the region, holding the region's read
-	 * lock (or the context lock, see FAULTD_PAGER_CONCURRENT). It may
-	 * sleep. It must not create, resize or destroy regions or groups of
-	 * the same context, nor touch the region's own missing pages.
+	 * and logged. It never becomes a page of zeros. @region is the region
+	 * being filled: the one the pager was given to, or a clone of it.
+	 * Context: a handler thread of the region or of a clone of it, a
+	 * prefetch worker of the context, or the thread destroying a region
+	 * that has clones (it saves their pages first); holding the read lock
+	 * of the region (or of the clone it serves), or the context lock for
+	 * reading (always, without FAULTD_PAGER_CONCURRENT). In a same-thread
+	 * region: the faulting thread's SIGBUS handler, with no lock. It may
+	 * sleep (not in a signal handler). It must not create, resize or
+	 * destroy regions or groups of the same context, nor touch the
+	 * region's own missing pages; only in a handler thread do such calls
+	 * fail with -EDEADLK, elsewhere they deadlock.
 	 */
 	ssize_t (*fill)(void *arg, struct faultd_region *region,
 			uint64_t offset, void *buf, size_t len);
 	/*
-	 * writeback() - store [offset, offset + len) of @region from @buf.
-	 * Used by eviction and sync where the region asks for them; may be
-	 * NULL for read-only pagers. Returns 0 or a negative errno.
+	 * writeback() - store [offset, offset + len) of @region from @buf
+	 * (at most 4 MiB per call). Used by eviction and faultd_region_sync();
+	 * may be NULL for read-only pagers. Returns 0 or a negative errno
+	 * (counted, logged; the pages stay dirty).
+	 * Context: the region's evictor thread; a handler thread or prefetch
+	 * worker that finds the region far over its budget and evicts at
+	 * once; or a thread calling faultd_region_sync(). It holds the
+	 * region's read lock (and the context lock for reading, without
+	 * FAULTD_PAGER_CONCURRENT). The rules of fill() apply.
 	 */
 	int (*writeback)(void *arg, struct faultd_region *region,
 			 uint64_t offset, const void *buf, size_t len);
-	/* release() - the last call for this region: the pager is unused. */
+	/*
+	 * release() - called once for each region created with the pager,
+	 * when that region and its clones are all destroyed (possibly after
+	 * faultd_region_destroy() of the region itself), in the destroying
+	 * thread. A failed faultd_region_create() never calls it: the pager
+	 * stays the caller's. May be NULL.
+	 */
 	void (*release)(void *arg);
 	void *arg;
 };
@@ -223,18 +253,25 @@ struct faultd_file_opts {
 /*
  * faultd_file_pager() - a pager that serves a region from a file: reads
  * and write-backs through io_uring, several in flight at once (a fill is
- * split into 64 KiB reads submitted together; every handler, prefetch and
- * eviction thread has a ring of its own). The file's size is taken now:
- * the region's part beyond it reads as zeros; a read that comes back short
- * before it (the file was truncated underneath) is an error, so the page
- * is poisoned (SIGBUS), never zeros. Write-back (eviction of dirty pages,
- * faultd_region_sync()) writes the region's pages to the file and may
- * grow it. The pager is FAULTD_PAGER_CONCURRENT. Regions whose pager is a
- * file pager default to 64 KiB fault-around and 2 MiB read-ahead.
- * Fills *pager; it owns a duplicate of @opts->fd, closed by its release()
- * (called by the region that takes it, or by you if no region does).
- * Returns 0, or -EINVAL (NULL, bad fd/flags, unaligned offset, not a
- * regular file or block device), or the error of fstat/open.
+ * split into 64 KiB reads submitted together; every thread that calls the
+ * pager has a ring of its own, made on first use and freed when the
+ * thread exits). The file's size is taken now: the region's part beyond
+ * it reads as zeros; a read that comes back short before it (the file was
+ * truncated underneath) is an error, so the page is poisoned (SIGBUS),
+ * never zeros. Write-back (eviction of dirty pages, faultd_region_sync())
+ * writes the region's pages to the file and may grow it, and the size
+ * with it. The pager is FAULTD_PAGER_CONCURRENT. Regions whose pager
+ * is a file pager default to 64 KiB fault-around and 2 MiB read-ahead.
+ * Fills *pager; it owns a descriptor of its own for the file (a duplicate
+ * of @opts->fd, or the file opened again for FAULTD_FILE_DIRECT), closed
+ * by its release(). Give it to one region: that region calls release()
+ * when done. A failed faultd_region_create() leaves it yours: call
+ * pager->release(pager->arg) if no region takes it.
+ * Returns 0, or -EINVAL (NULL, opts->size short of offset, fd < 0, unknown
+ * flags, offset not 4 KiB aligned, not a regular file or block device),
+ * -E2BIG (opts->size beyond ours with non-zero unknown fields), -ENOMEM,
+ * or the error of fstat/BLKGETSIZE64/fcntl/open.
+ * Context: any thread.
  */
 int faultd_file_pager(const struct faultd_file_opts *opts,
 		      struct faultd_pager *pager);
@@ -288,8 +325,9 @@ enum faultd_numa_policy {
  * A write hook is called on the first write to a clean page of a
  * FAULTD_REGION_WP region, before the write lands: @old is the page's
  * content (read-only, valid during the call). A database logs the page
- * here. Context: a handler thread holding the region's read lock; it may
- * sleep; it must not write to the region.
+ * here. Context: a handler thread holding the region's read lock (or the
+ * context lock for reading); it may sleep; it must not write to the
+ * region, nor create, resize or destroy regions or groups of the context.
  */
 typedef void (*faultd_write_hook)(void *arg, struct faultd_region *region,
 				  uint64_t offset, const void *old);
@@ -356,7 +394,8 @@ struct faultd_region_opts {
 	 */
 	size_t max_length;
 	void *addr;		/* with FAULTD_REGION_FIXED: page-aligned */
-	/* NULL: missing pages are zero-filled. Copied; see faultd_pager. */
+	/* NULL: missing pages are zero-filled. Copied; the region owns it
+	 * only once creation succeeds (see faultd_pager's release()). */
 	const struct faultd_pager *pager;
 	unsigned int handler_threads; /* 0: the context's default */
 	struct faultd_group *group;   /* NULL: the region's own handlers */
@@ -384,19 +423,21 @@ struct faultd_region_opts {
 	/*
 	 * Read-ahead: when faults come in sequence, the pages after them
 	 * are filled ahead, asynchronously, in a window that doubles while
-	 * the sequence holds (up to this many bytes) and falls back to the
-	 * fault-around size when it breaks. 0: the default (2 MiB for the
-	 * file pager, off otherwise); FAULTD_READAHEAD_OFF: off. Needs a
-	 * pager.
+	 * the sequence holds (up to this many bytes, and a quarter of a
+	 * budget) and stops when it breaks; the next sequence starts again
+	 * at 128 KiB (or twice fault_around, if more). 0: the default (2 MiB
+	 * for the file pager, off otherwise); FAULTD_READAHEAD_OFF: off. Needs
+	 * a pager.
 	 */
 	size_t readahead_max;
 	/*
 	 * Bounded memory: when the region's resident memory passes
 	 * @budget bytes, pages are evicted down to @budget_low (0: 7/8 of
-	 * @budget) by a thread of the region. Clean pages are dropped (the
-	 * next access reads them again from the pager); dirty ones - the
-	 * region needs FAULTD_REGION_WP - are written back with the pager's
-	 * writeback() first. Victims are chosen by CLOCK (second chance):
+	 * @budget) by a thread of the region (far over it, by the thread
+	 * that brings pages in). Clean pages are dropped (the next access
+	 * reads them again from the pager); dirty ones - the region needs
+	 * FAULTD_REGION_WP - are written back with the pager's writeback()
+	 * first. Victims are chosen by CLOCK (second chance):
 	 * "recently used" means accessed since the clock hand last passed
 	 * the page. The hand unmaps a page it passes but keeps it in memory;
 	 * the next access maps it again with a cheap minor fault and marks
@@ -416,13 +457,35 @@ struct faultd_region_opts {
  * faultd_region_create() - reserve and register a region, and start its
  * handler threads (or join @opts->group).
  * Returns 0 and the region in *regionp, or
- *  -EINVAL  NULL ctx/opts/regionp, opts->size too small, length 0 or not a
- *           multiple of the page size, unknown flags, FIXED without a
- *           page-aligned addr, addr without FIXED, a group of another
- *           context, handler_threads with a group;
+ *  -EINVAL  NULL ctx/opts/regionp; opts->size short of name; unknown
+ *           flags; length 0 or unaligned; max_length below length or
+ *           unaligned; FIXED without a page-aligned addr, addr without
+ *           FIXED; page_size other than 0 or the base page without
+ *           HUGETLB, a huge page size the system lacks, HUGETLB with THP;
+ *           both WP flags, write_hook without WP, WP_ASYNC with a hook
+ *           or a group; SAME_THREAD with WP, THP, a group, a hugetlb
+ *           memfd or a pager without SIGNAL_SAFE; a group of another
+ *           context, with handler_threads, or a too small max_page_size;
+ *           bad NUMA options; an unknown placement or a cpu the process
+ *           cannot use; a pager with a short size, no fill or unknown
+ *           flags; fault_around not a power of two from a page to 2 MiB,
+ *           or with HUGETLB or a budget; readahead_max unaligned, over
+ *           256 MiB, without a pager, or with HUGETLB or SAME_THREAD;
+ *           budget_low without budget; budget unaligned, under 16 pages,
+ *           not above an aligned budget_low, without WP and a CONCURRENT
+ *           pager with writeback(), or with HUGETLB, THP or SAME_THREAD;
+ *  -E2BIG   opts->size beyond ours with non-zero unknown fields;
+ *  -EOPNOTSUPP the kernel lacks what the options need: hugetlb (or its
+ *           minor faults, for a hugetlb memfd), write-protection of this
+ *           memory, WP_ASYNC and PAGEMAP_SCAN, SIGBUS, or minor faults on
+ *           shmem for a budget;
  *  -EEXIST  FIXED and the range overlaps an existing mapping;
- *  -ENOMEM, -EAGAIN (threads), or the error of mmap/memfd/UFFDIO_REGISTER.
- * On failure nothing is left behind.
+ *  -EDEADLK called from a handler thread of @ctx;
+ *  -ENOSPC  SAME_THREAD and the process has 256 same-thread regions;
+ *  -ENOMEM, -EAGAIN (threads), or the error of mmap/memfd/mbind/sigaction/
+ *           UFFDIO_REGISTER.
+ * On failure nothing is left behind, and opts->pager is still the caller's:
+ * its release() is not called.
  * Context: any thread but a handler thread; serialized with other changes
  * to the context's region map by the context lock.
  */
@@ -433,18 +496,24 @@ int faultd_region_create(struct faultd_ctx *ctx,
 /*
  * faultd_region_destroy() - unmap the region, wake any thread still waiting
  * on one of its faults (it then gets SIGSEGV: the memory is gone, never
- * zeros), stop its own handler threads and release its pager. In-flight
- * fills finish first. Accepts NULL (returns 0).
+ * zeros), stop its own handler threads and evictor, and drop its pager
+ * (released once its clones are gone too). In-flight fills and prefetches
+ * finish first; queued prefetches are dropped; dirty pages are not written
+ * back. A region with copy-on-write clones first saves the pages they
+ * still need, calling its pager in this thread. Accepts NULL (returns 0).
  * Returns 0, or -EDEADLK when called from one of the context's handler
  * threads (a pager callback), where it would wait for itself.
- * Context: any other thread; not concurrently with other calls that use
- * the same region handle.
+ * Context: any other thread but a pager callback's (see fill()); not
+ * concurrently with other calls that use the same region handle.
  */
 int faultd_region_destroy(struct faultd_region *region);
 
 /*
- * faultd_region_base(), faultd_region_size() - where the region is now;
+ * faultd_region_base() - the start of the region; it never moves (resize
+ * works in place). faultd_region_size() - its current length.
  * faultd_region_page_size() - the size of its pages (the unit of a fault).
+ * NULL gives NULL or 0.
+ * Context: any thread, pager callbacks included.
  */
 void *faultd_region_base(const struct faultd_region *region);
 size_t faultd_region_size(const struct faultd_region *region);
@@ -457,8 +526,12 @@ size_t faultd_region_page_size(const struct faultd_region *region);
  * growth needs free address space right after the reservation. Pages beyond
  * the new end are gone (their memory is given back); new pages fault in
  * like the others.
- * Returns 0, or -EINVAL (0 or unaligned length), -ENOMEM (no room to grow in
- * place), or the error of mmap/ftruncate/UFFDIO_REGISTER.
+ * Returns 0, or -EINVAL (NULL, 0 or unaligned length), -ENOMEM (no room to
+ * grow in place), -EBUSY (the region has copy-on-write clones, or is a
+ * clone of a region without a memfd), -EOPNOTSUPP (a SAME_THREAD region;
+ * a cloned memfd region or a clone of one: frozen), -EDEADLK (from a
+ * handler thread), or the error of mmap/mremap/ftruncate/mbind/
+ * UFFDIO_REGISTER.
  * Context: as faultd_region_create().
  */
 int faultd_region_resize(struct faultd_region *region, size_t length);
@@ -468,8 +541,15 @@ int faultd_region_resize(struct faultd_region *region, size_t length);
  * next access faults again (to the pager, or zeros). The memory is given
  * back, except in memfd-hugetlb regions, which keep their huge pages and
  * clear or refill them at the next fault instead of going through the
- * pool. Returns 0, or -EINVAL (unaligned, empty or outside the region).
- * Context: any thread but a handler thread of the region.
+ * pool; in a cloned memfd region or its clones, a page returns to its
+ * content as of the first clone. The pages' writes are forgotten (not
+ * reported dirty, not written back).
+ * Returns 0, or -EINVAL (NULL, unaligned, empty or outside the region),
+ * -EBUSY (the region has copy-on-write clones: they read its pages),
+ * -EOPNOTSUPP (a copy-on-write clone of a region without a memfd), or the
+ * error of madvise/fallocate.
+ * Context: any thread but a handler thread of the region; not
+ * concurrently with its destruction.
  */
 int faultd_region_discard(struct faultd_region *region, uint64_t offset,
 			  size_t len);
@@ -499,7 +579,8 @@ int faultd_region_unprotect(struct faultd_region *region, uint64_t offset,
  * an earlier one; a write that starts after it returns is reported by a
  * later one; a write concurrent with it is reported by it or the next. No
  * write goes unreported (pages unprotected with faultd_region_unprotect()
- * count as written).
+ * count as written), but faultd_region_sync() and eviction (a budget) take
+ * the bits of the pages they write back, as a collection does.
  * Returns the number of dirty pages, or -EINVAL (NULL, unaligned, empty or
  * outside the region), -EOPNOTSUPP (the region tracks no writes).
  * Context: any thread but a handler thread of the region; concurrently
@@ -547,11 +628,17 @@ struct faultd_clone_opts {
  *   (cow_prepare, like anon_vma_prepare()); later faults need only its
  *   region lock. A clone cannot be discarded (-EOPNOTSUPP).
  *
- * Returns 0 and the child in *childp, or -EINVAL (NULL, bad options),
- * -EXDEV (opts->ctx is not the parent's), -EOPNOTSUPP (hugetlb parents,
- * parents with WP_ASYNC tracking, kernels without MINOR faults on shmem
- * for memfd parents), -EBUSY (see above), -ENOMEM, or the errors of
- * faultd_region_create().
+ * @opts may be NULL for the defaults. A failed clone may leave a memfd
+ * parent frozen.
+ * Returns 0 and the child in *childp, or -EINVAL (NULL parent/childp,
+ * opts->size short of flags, flags other than WP, a hook without WP),
+ * -E2BIG (opts->size beyond ours with non-zero unknown fields), -EXDEV
+ * (opts->ctx is not the parent's), -EDEADLK (from a handler thread),
+ * -EOPNOTSUPP (hugetlb parents, SAME_THREAD parents, parents with a
+ * budget or WP_ASYNC tracking, kernels without MINOR faults on shmem for
+ * memfd parents), -EBUSY (see above), -ENOMEM, or the errors of
+ * faultd_region_create() and of the freeze (mmap/mremap/UFFDIO_REGISTER/
+ * PAGEMAP_SCAN).
  * Context: as faultd_region_create().
  */
 int faultd_region_clone(struct faultd_region *parent,
@@ -563,17 +650,21 @@ int faultd_region_clone(struct faultd_region *parent,
  * from its pager (or zeros) in the background, leaving pages already
  * present alone; pages are installed clean (write-protected where writes
  * are tracked). Returns at once: 0, or -EINVAL (NULL, unaligned, empty,
- * outside the region), -EOPNOTSUPP (huge pages, a clone, a heap, a
- * memfd-hugetlb region), -EBUSY (a region with clones), -EAGAIN (the
- * context's queue of requests is full: wait and retry), -ENOMEM, or the
- * error of starting the worker threads (two per context, started by the
- * first region or call that needs them). In a region with a budget the
- * pages prefetched count against it like any other.
+ * outside the region), -EDEADLK (from a handler thread of the context),
+ * -EOPNOTSUPP (huge pages, a clone, a heap, or pages in a page cache
+ * without a budget: a memfd-hugetlb region, a cloned memfd region),
+ * -EBUSY (a region with copy-on-write clones), -EAGAIN (the context's
+ * queue of requests is full: wait and retry), -ENOMEM, or the error of
+ * starting the worker threads (two per context, started by the first
+ * region or call that needs them). In a region with a budget the pages
+ * prefetched count against it like any other. Pager errors are counted,
+ * not returned: the fault that needs the page reports them.
  * faultd_region_prefetch_wait() returns when no prefetch of the region is
  * queued or running: those queued before the call, and any queued while
  * it waits (read-ahead included). Returns 0, or -EINVAL (NULL).
- * Context: any thread but a handler thread of the region's context
- * (-EDEADLK).
+ * Context: any thread but a handler thread of the region's context, nor
+ * a pager callback; faultd_region_prefetch_wait() does not detect one
+ * (no -EDEADLK) and may wait forever there.
  */
 int faultd_region_prefetch(struct faultd_region *region, uint64_t offset,
 			   size_t len);
@@ -582,10 +673,16 @@ int faultd_region_prefetch_wait(struct faultd_region *region);
 /*
  * faultd_region_sync() - write the dirty pages of [offset, offset + len)
  * back with the pager's writeback(), without dropping them - msync() for
- * this library. Pages written while it runs stay dirty for the next sync.
- * Returns 0, -EINVAL (unaligned, outside), -EOPNOTSUPP (no FAULTD_REGION_WP
- * or a pager without writeback()), or the first writeback() error (the
- * page stays dirty).
+ * this library. It takes the dirty set as faultd_region_dirty() does: a
+ * page it wrote back is not reported by a later faultd_region_dirty()
+ * (unless written again). Pages written while it runs stay dirty for the
+ * next sync.
+ * Returns 0, -EINVAL (NULL, unaligned, empty, outside), -EOPNOTSUPP (the
+ * region tracks no writes, its pager has no writeback(), or it is a
+ * copy-on-write clone of a region without a memfd), -EDEADLK (from a
+ * handler thread), -ENOMEM, the error of collecting the dirty set, or the
+ * first writeback() error (its pages stay dirty; the other runs are still
+ * written back).
  * Context: any thread but a handler thread of the region's context.
  */
 int faultd_region_sync(struct faultd_region *region, uint64_t offset,
@@ -593,10 +690,19 @@ int faultd_region_sync(struct faultd_region *region, uint64_t offset,
 
 /*
  * faultd_region_memfd() - the memfd behind a FAULTD_REGION_MEMFD region
- * (owned by the region; dup() it to keep it), or -EINVAL.
+ * (hugetlb or not, or one with a budget), owned by the region: dup() it
+ * to keep it. Returns the fd, or -EINVAL (NULL, or no memfd).
  * Pages of the memfd touched through another mapping are filled by the
  * kernel (zeros), not by the region's handlers: share it only for pages
  * that are already present.
+ * In a cloned memfd region, and in its clones, it is the frozen base:
+ * writing through it changes what the parent and every clone read (where
+ * they have no page of their own).
+ * With a budget, writes through it bypass dirty tracking: they are
+ * written back only with a page the region dirtied itself, else lost when
+ * the page is evicted (or, if it was not resident, overwritten by the
+ * pager at the next fault).
+ * Context: any thread.
  */
 int faultd_region_memfd(const struct faultd_region *region);
 
@@ -605,7 +711,9 @@ int faultd_region_memfd(const struct faultd_region *region);
  * if it is a fault in a FAULTD_REGION_SAME_THREAD region. @info is the
  * handler's siginfo_t * (void * here so that the header needs no POSIX
  * feature macros). Returns 1 if it was (return from the handler: the
- * access is retried), 0 if not (handle it as yours). Async-signal-safe.
+ * access is retried), 0 if not (handle it as yours; also for a page it
+ * poisoned after a pager error).
+ * Context: a SIGBUS handler, in the faulting thread; async-signal-safe.
  */
 int faultd_sigbus(int sig, void *info, void *ucontext);
 
@@ -627,7 +735,11 @@ struct faultd_group_opts {
 /*
  * faultd_group_create() - a handler group that regions can join with
  * faultd_region_opts.group, so that many small regions share a few threads.
- * Returns 0, or -EINVAL, -ENOMEM, -EAGAIN, or the userfaultfd error.
+ * @opts may be NULL for the defaults.
+ * Returns 0, or -EINVAL (NULL ctx/groupp, opts->size short of threads, an
+ * unknown placement, a cpu the process cannot use), -E2BIG (opts->size
+ * beyond ours with non-zero unknown fields), -EDEADLK (from a handler
+ * thread), -ENOMEM, -EAGAIN (threads), or the userfaultfd/eventfd error.
  * Context: as faultd_region_create().
  */
 int faultd_group_create(struct faultd_ctx *ctx,
@@ -638,6 +750,8 @@ int faultd_group_create(struct faultd_ctx *ctx,
  * faultd_group_destroy() - stop the group's threads and free it.
  * Returns 0 (also for NULL), -EBUSY while regions still use it, -EDEADLK
  * from a handler thread.
+ * Context: any thread but a handler thread of the context; not
+ * concurrently with other calls that use the group.
  */
 int faultd_group_destroy(struct faultd_group *group);
 
@@ -703,17 +817,24 @@ struct faultd_stats {
  * resumes; what else the handler did for it (around after a window that
  * stopped short, read-ahead queued) may be counted just after. Once the
  * region is destroyed its counters are final, and in the context's.
- * Returns 0, or -EINVAL (NULL argument, stats->size too small).
- * Context: any thread.
+ * *stats is filled up to the smaller of stats->size and ours, and
+ * stats->size is set to that.
+ * Returns 0, or -EINVAL (NULL argument, stats->size smaller than a
+ * size_t); faultd_ctx_stats() also -ENOMEM.
+ * Context: any thread, pager callbacks and write hooks included:
+ * faultd_ctx_stats() takes only a leaf lock, never the context lock.
  */
 int faultd_region_stats(const struct faultd_region *region,
 			struct faultd_stats *stats);
 int faultd_ctx_stats(const struct faultd_ctx *ctx, struct faultd_stats *stats);
 
 /*
- * faultd_stats_latency() - the latency at percentile @pct (0..100) of the
- * histogram in @stats, in nanoseconds (the middle of its bucket; 0 when the
- * histogram is empty).
+ * faultd_stats_latency() - the latency at percentile @pct of the histogram
+ * in @stats, in nanoseconds (the middle of its bucket). @pct is clamped to
+ * 0..100. Returns 0 when the histogram is empty, @stats is NULL, or
+ * stats->size < sizeof(struct faultd_stats) (so also for a struct of an
+ * older, smaller size, though it holds the whole histogram).
+ * Context: any.
  */
 uint64_t faultd_stats_latency(const struct faultd_stats *stats, double pct);
 
@@ -741,15 +862,26 @@ struct faultd_heap_opts {
  * own, with the break at its base. Memory below the break reads as zeros
  * on first touch; memory above it gets SIGBUS when touched (except pages a
  * shrink kept, see trim_threshold, which are still mapped).
- * Returns 0, or -EINVAL (NULL argument, max_size 0 or unaligned), or the
- * errors of faultd_region_create().
+ * The heap belongs to that region: faultd_ctx_destroy() destroys it too.
+ * Returns 0, or -EINVAL (NULL argument, opts->size short of max_size,
+ * max_size 0 or unaligned), -E2BIG (opts->size beyond ours with non-zero
+ * unknown fields), -ENOMEM, or the errors of faultd_region_create()
+ * (-EDEADLK from a handler thread among them).
  * Context: as faultd_region_create().
  */
 int faultd_heap_create(struct faultd_ctx *ctx,
 		       const struct faultd_heap_opts *opts,
 		       struct faultd_heap **heapp);
 
-/* faultd_heap_destroy() - unmap the heap and free it. Accepts NULL. */
+/*
+ * faultd_heap_destroy() - destroy the heap's region, as
+ * faultd_region_destroy() does, and free the heap. Accepts NULL. After
+ * faultd_ctx_destroy() of its context the heap is gone already: calling
+ * this then is a use-after-free, as for a region. From a handler thread
+ * of the context it logs an error and does nothing.
+ * Context: any thread but a handler thread of the context; not
+ * concurrently with any other call on the heap.
+ */
 void faultd_heap_destroy(struct faultd_heap *heap);
 
 /*
@@ -775,7 +907,10 @@ int faultd_heap_sbrk(struct faultd_heap *heap, intptr_t increment,
  */
 int faultd_heap_brk(struct faultd_heap *heap, void *addr);
 
-/* faultd_heap_base() - the start of the heap (its initial break). */
+/*
+ * faultd_heap_base() - the start of the heap (its initial break and lowest
+ * possible one); NULL for NULL. Context: any thread.
+ */
 void *faultd_heap_base(const struct faultd_heap *heap);
 
 struct faultd_heap_stats {
@@ -789,6 +924,12 @@ struct faultd_heap_stats {
 	uint64_t poisoned;	/* accesses above the break (SIGBUS) */
 };
 
+/*
+ * faultd_heap_stats() - read the heap's counters. *stats is filled up to
+ * the smaller of stats->size and ours, and stats->size is set to that.
+ * Returns 0, or -EINVAL (NULL argument, stats->size smaller than a
+ * size_t). Context: as faultd_heap_sbrk().
+ */
 int faultd_heap_stats(const struct faultd_heap *heap,
 		      struct faultd_heap_stats *stats);
 
@@ -814,21 +955,30 @@ enum faultd_clear_strategy {
 /*
  * faultd_clear() - zero [dst, dst + len) as whole ranges, the way the
  * kernel clears huge folios, with the strategy chosen for this CPU. The
- * first call in a process measures the strategies (a few milliseconds);
- * FAULTD_CLEAR=memset|rep-stosb|nt-store|clzero in the environment forces
- * one. After a non-temporal clear the range is not in the cache.
+ * first call of faultd_clear*() in a process measures the strategies (a
+ * few milliseconds); FAULTD_CLEAR=memset|rep-stosb|nt-store|clzero in the
+ * environment forces one (an unknown or unavailable one is ignored).
+ * After a non-temporal clear the range is not in the cache.
  * Context: any.
  */
 void faultd_clear(void *dst, size_t len);
 
 /*
  * faultd_clear_set() - force @strategy for every later faultd_clear() in
- * the process (FAULTD_CLEAR_AUTO: measure again per call).
- * Returns 0, -EINVAL (unknown strategy), -ENOTSUP (this CPU lacks it).
+ * the process, whatever FAULTD_CLEAR says. FAULTD_CLEAR_AUTO returns to
+ * the automatic choice between the hot and cold strategies; the
+ * calibration behind it runs once per process (here, if no call ran it
+ * yet), never again.
+ * Returns 0, -EINVAL (unknown strategy), -EOPNOTSUPP (this CPU lacks it;
+ * ENOTSUP, the same value on Linux).
+ * Context: any.
  */
 int faultd_clear_set(int strategy);
 
-/* faultd_clear_name() - "auto", "memset", ...; NULL for an unknown one. */
+/*
+ * faultd_clear_name() - "auto", "memset", ...; NULL for an unknown one.
+ * Context: any.
+ */
 const char *faultd_clear_name(int strategy);
 
 struct faultd_clear_info {
@@ -845,7 +995,13 @@ struct faultd_clear_info {
 	double cold_gbps[5];
 };
 
-/* faultd_clear_info() - what the calibration measured and chose. */
+/*
+ * faultd_clear_info() - what the calibration measured and chose (running
+ * it if no call did yet). *info is filled up to the smaller of info->size
+ * and ours, and info->size is set to that.
+ * Returns 0, or -EINVAL (NULL, or info->size short of cold).
+ * Context: any.
+ */
 int faultd_clear_info(struct faultd_clear_info *info);
 
 #ifdef __cplusplus
