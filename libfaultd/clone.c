@@ -24,6 +24,7 @@
  * stripe lock, which nests inside region locks and takes no fault.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -419,11 +420,13 @@ static int clone_shared(struct faultd_region *p, const struct faultd_clone_opts 
 	if (p->kind == REGION_MEMFD)
 		ret = clone_freeze(p);
 	else
-		ret = has_private_pages(p) ? -EBUSY : 0;
-	if (ret < 0)
-		return ret;
+		ret = has_private_pages(p);
+	if (ret)
+		return ret < 0 ? ret : -EBUSY;
+	init.memfd = fcntl(p->cache->memfd, F_DUPFD_CLOEXEC, 0);
+	if (init.memfd < 0)
+		return -errno;
 	init.cache = base_get(p->cache);
-	init.memfd = dup(p->cache->memfd);
 	init.pager = pager_get(p->cache->pager);
 	child_opts(p, c, &o);
 	return region_create(p->ctx, &o, &init, childp);

@@ -215,6 +215,8 @@ FAULTD_EXPORT ssize_t faultd_region_dirty(struct faultd_region *r,
 		return -EINVAL;
 	if (r->wp_mode == WP_NONE)
 		return -EOPNOTSUPP;
+	if (in_handler_of(r->ctx))
+		return -EDEADLK;
 	pthread_rwlock_rdlock(&r->lock);
 	n = range_ok(r, off, len) ? dirty_collect(r, off, len, bitmap)
 				  : -EINVAL;
@@ -236,6 +238,11 @@ static int set_protection(struct faultd_region *r, uint64_t off, size_t len,
 		return -EINVAL;
 	if (r->wp_mode == WP_NONE)
 		return -EOPNOTSUPP;
+	if (in_handler_of(r->ctx))
+		return -EDEADLK;
+	/* A parent's protection is what saves its pages for its clones. */
+	if (!wp && r->snaps)
+		return -EBUSY;
 	pthread_rwlock_rdlock(&r->lock);
 	if (range_ok(r, off, len)) {
 		pthread_rwlock_rdlock(&r->dirty_lock);

@@ -600,8 +600,11 @@ static int sync_check(struct faultd_region *r, uint64_t off, size_t len)
 	if (off >= cur || len > cur - off)
 		return -EINVAL;
 	p = r->cache ? r->cache->pager : r->pager;
-	if (r->wp_mode == WP_NONE || !p || !p->p.writeback || r->cow)
-		return -EOPNOTSUPP;
+	if (r->wp_mode == WP_NONE || !p || !p->p.writeback || r->cow ||
+	    r->kind == REGION_MEMFD_PRIVATE)
+		return -EOPNOTSUPP; /* a clone's pages are not the file's */
+	if (r->snaps) /* clones read unfilled pages from the file */
+		return -EBUSY;
 	return in_handler_of(r->ctx) ? -EDEADLK : 0;
 }
 

@@ -53,8 +53,11 @@ static void ring_key_make(void)
 	pthread_key_create(&ring_key, ring_free);
 }
 
-/* This thread's ring, made on first use; freed when the thread exits. */
-static struct io_uring *thread_ring(void)
+/*
+ * This thread's ring, made on first use; freed when the thread exits.
+ * Returns NULL and *err (e.g. -EPERM where io_uring is disabled).
+ */
+static struct io_uring *thread_ring(int *err)
 {
 	struct io_uring *ring;
 
@@ -63,7 +66,8 @@ static struct io_uring *thread_ring(void)
 	if (ring)
 		return ring;
 	ring = malloc(sizeof(*ring));
-	if (!ring || io_uring_queue_init(RING_ENTRIES, ring, 0) < 0) {
+	*err = ring ? io_uring_queue_init(RING_ENTRIES, ring, 0) : -ENOMEM;
+	if (*err < 0) {
 		free(ring);
 		return NULL;
 	}
@@ -71,43 +75,63 @@ static struct io_uring *thread_ring(void)
 	return ring;
 }
 
-/*
- * Submit [off, off + len) of the file as chunks, all in flight, and wait.
- * Returns the bytes transferred from the start without a gap (a short
- * chunk ends it), or -errno.
- */
-static ssize_t file_io(struct file_pager *fp, bool write, uint64_t off,
-		       void *buf, size_t len)
+/* A ring whose state we no longer know: the next call makes a new one. */
+static void ring_drop(struct io_uring *ring)
 {
-	struct io_uring *ring = thread_ring();
+	pthread_setspecific(ring_key, NULL);
+	ring_free(ring);
+}
+
+/* Wait for a completion; a signal does not end the wait. */
+static int ring_wait(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+	int ret;
+
+	do
+		ret = io_uring_wait_cqe(ring, cqe);
+	while (ret == -EINTR);
+	return ret;
+}
+
+/* One ring's worth (len <= RING_ENTRIES x CHUNK) of ring_rw(). */
+static ssize_t ring_rw_once(int fd, bool write, uint64_t off, void *buf,
+			    size_t len)
+{
 	unsigned int n = 0;
 	size_t done = len;
-	int err = 0;
+	int err = 0, ret;
+	struct io_uring *ring = thread_ring(&err);
 
 	if (!ring)
-		return -ENOMEM;
+		return err;
 	for (size_t at = 0; at < len; at += CHUNK, n++) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 		size_t l = len - at < CHUNK ? len - at : CHUNK;
 
 		if (!sqe)
-			return -EBUSY; /* cannot happen: len <= entries x CHUNK */
+			return -EBUSY; /* cannot happen: see ring_rw() */
 		if (write)
-			io_uring_prep_write(sqe, fp->fd, (char *)buf + at,
+			io_uring_prep_write(sqe, fd, (char *)buf + at,
 					    (unsigned int)l, off + at);
 		else
-			io_uring_prep_read(sqe, fp->fd, (char *)buf + at,
+			io_uring_prep_read(sqe, fd, (char *)buf + at,
 					   (unsigned int)l, off + at);
 		sqe->user_data = at;
 	}
-	if (io_uring_submit_and_wait(ring, n) < 0)
-		return -EIO;
+	ret = io_uring_submit(ring);
+	if (ret != (int)n) { /* nothing in flight we could not wait for */
+		ring_drop(ring);
+		return ret < 0 ? ret : -EIO;
+	}
 	for (unsigned int i = 0; i < n; i++) {
 		struct io_uring_cqe *cqe;
 		size_t at, want;
 
-		if (io_uring_wait_cqe(ring, &cqe) < 0)
-			return -EIO;
+		ret = ring_wait(ring, &cqe);
+		if (ret < 0) {
+			ring_drop(ring);
+			return ret;
+		}
 		at = cqe->user_data;
 		want = len - at < CHUNK ? len - at : CHUNK;
 		if (cqe->res < 0 && !err)
@@ -117,6 +141,30 @@ static ssize_t file_io(struct file_pager *fp, bool write, uint64_t off,
 		io_uring_cqe_seen(ring, cqe);
 	}
 	return err ? err : (ssize_t)done;
+}
+
+/*
+ * ring_rw() - read or write [off, off + len) of @fd as 64 KiB chunks, up to
+ * RING_ENTRIES of them in flight at once on this thread's ring.
+ * Returns the bytes transferred from the start without a gap (a short
+ * chunk ends it), or -errno.
+ */
+ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len)
+{
+	size_t done = 0, max = RING_ENTRIES * CHUNK;
+
+	while (done < len) {
+		size_t l = len - done < max ? len - done : max;
+		ssize_t n = ring_rw_once(fd, write, off + done,
+					 (char *)buf + done, l);
+
+		if (n < 0)
+			return done ? (ssize_t)done : n;
+		done += (size_t)n;
+		if ((size_t)n < l)
+			break;
+	}
+	return (ssize_t)done;
 }
 
 /*
@@ -137,7 +185,7 @@ static ssize_t file_fill(void *arg, struct faultd_region *r, uint64_t off,
 	if (size - at < want)
 		want = size - at;
 	/* O_DIRECT reads whole blocks; the short read at EOF is fine. */
-	n = file_io(fp, false, at, buf,
+	n = ring_rw(fp->fd, false, at, buf,
 		    (fp->flags & FAULTD_FILE_DIRECT) ? len : want);
 	if (n < 0)
 		return n;
@@ -154,7 +202,7 @@ static int file_writeback(void *arg, struct faultd_region *r, uint64_t off,
 	ssize_t n;
 
 	(void)r;
-	n = file_io(fp, true, fp->offset + off, (void *)buf, len);
+	n = ring_rw(fp->fd, true, fp->offset + off, (void *)buf, len);
 	if (n < 0)
 		return (int)n;
 	if ((size_t)n < len)
@@ -209,6 +257,8 @@ FAULTD_EXPORT int faultd_file_pager(const struct faultd_file_opts *opts,
 	if (o.fd < 0 || (o.flags & ~FAULTD_FILE_DIRECT) ||
 	    (o.offset & 4095))
 		return -EINVAL;
+	if (!thread_ring(&ret)) /* io_uring disabled, or no memory */
+		return ret;
 	if (fstat(o.fd, &st) < 0)
 		return -errno;
 	if (S_ISBLK(st.st_mode) &&

@@ -484,6 +484,13 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
  */
 
 bool pager_is_file(const struct faultd_pager *p);
+ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
+
+/* ------------------------------------------------------------------------
+ * crc32c.c
+ */
+
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.

@@ -511,11 +511,20 @@ int prefetch_setup(struct faultd_region *r)
 	return pf_pool_get(r->ctx, &err) ? 0 : err;
 }
 
+static void pf_wait(struct faultd_region *r)
+{
+	int v;
+
+	while ((v = atomic_load(&r->pf_pending)))
+		futex_noasync((int32_t *)&r->pf_pending, FUTEX_WAIT, v, NULL,
+			      NULL, 0);
+}
+
 /* prefetch_quiesce() - drop the region's requests and wait for them. */
 void prefetch_quiesce(struct faultd_region *r)
 {
 	atomic_store(&r->pf_dying, true);
-	faultd_region_prefetch_wait(r);
+	pf_wait(r);
 }
 
 void prefetch_free(struct faultd_region *r)
@@ -559,12 +568,10 @@ FAULTD_EXPORT int faultd_region_prefetch(struct faultd_region *r,
 
 FAULTD_EXPORT int faultd_region_prefetch_wait(struct faultd_region *r)
 {
-	int v;
-
 	if (!r)
 		return -EINVAL;
-	while ((v = atomic_load(&r->pf_pending)))
-		futex_noasync((int32_t *)&r->pf_pending, FUTEX_WAIT, v, NULL,
-			      NULL, 0);
+	if (in_handler_of(r->ctx))
+		return -EDEADLK;
+	pf_wait(r);
 	return 0;
 }

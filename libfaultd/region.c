@@ -623,6 +623,8 @@ FAULTD_EXPORT int faultd_region_discard(struct faultd_region *r,
 	if (!r || !len || !aligned(off, r->page_size) ||
 	    !aligned(len, r->page_size))
 		return -EINVAL;
+	if (in_handler_of(r->ctx))
+		return -EDEADLK;
 	pthread_rwlock_rdlock(&r->lock);
 	cur = atomic_load(&r->len);
 	if (off >= cur || len > cur - off)

@@ -95,8 +95,12 @@ FAULTD_EXPORT uint64_t faultd_stats_latency(const struct faultd_stats *s,
 {
 	uint64_t total = 0, seen = 0, target;
 
-	if (!s || s->size < sizeof(*s))
+	/* Older callers' structs end after latency[]: that is enough. */
+	if (!s || s->size < offsetof(struct faultd_stats, latency) +
+				    sizeof(s->latency))
 		return 0;
+	if (!(pct >= 0)) /* also NaN */
+		pct = 0;
 	for (unsigned int i = 0; i < FAULTD_HIST_BUCKETS; i++)
 		total += s->latency[i];
 	if (!total)

@@ -47,8 +47,12 @@ static int uffd_open_raw(bool nonblock)
 	if (fd >= 0)
 		return fd;
 	fd = sys_userfaultfd(flags);
-	if (fd == -EPERM) /* vm.unprivileged_userfaultfd=0: user faults only */
-		fd = sys_userfaultfd(flags | UFFD_USER_MODE_ONLY);
+	if (fd == -EPERM) { /* unprivileged_userfaultfd=0: user faults only */
+		int user = sys_userfaultfd(flags | UFFD_USER_MODE_ONLY);
+
+		/* Before 5.11 the flag is unknown (-EINVAL): EPERM stands. */
+		return user == -EINVAL ? -EPERM : user;
+	}
 	return fd;
 }
 

@@ -304,6 +304,12 @@ Test(clone, bad_input_exact_errors)
 	c = clone_of(p);
 	cr_expect_eq(faultd_region_resize(p, 2 * NP * PAGE), -EBUSY);
 	cr_expect_eq(faultd_region_discard(p, 0, PAGE), -EBUSY);
+	cr_expect_eq(faultd_region_unprotect(p, 0, PAGE), -EOPNOTSUPP);
+	/* A tracked parent's protection is what keeps its clones' view. */
+	x = parent_region(ctx, FAULTD_REGION_WP);
+	clone_of(x);
+	cr_expect_eq(faultd_region_unprotect(x, 0, PAGE), -EBUSY);
+	cr_expect_eq(faultd_region_protect(x, 0, PAGE), 0);
 	cr_expect_eq(faultd_region_discard(c, 0, PAGE), -EOPNOTSUPP);
 	cr_assert_eq(faultd_region_destroy(c), 0);
 	cr_expect_eq(faultd_region_resize(p, 2 * NP * PAGE) == -EBUSY, 0);

@@ -5,6 +5,7 @@
  * region map and the statistics helpers.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <sys/mman.h>
 
 #include "helpers.h"
@@ -265,6 +266,14 @@ Test(stats, latency_percentiles)
 		  (unsigned long long)p50);
 	cr_expect(p99 > 800000 && p99 < 1200000, "p99 %llu",
 		  (unsigned long long)p99);
+	/* A caller built before the fields after latency[] still gets it. */
+	s.size = offsetof(struct faultd_stats, latency) + sizeof(s.latency);
+	cr_expect_eq(faultd_stats_latency(&s, 50), p50);
+	s.size = offsetof(struct faultd_stats, latency);
+	cr_expect_eq(faultd_stats_latency(&s, 50), 0);
+	s.size = sizeof(s);
+	cr_expect_eq(faultd_stats_latency(&s, NAN),
+		     faultd_stats_latency(&s, 0), "NaN is 0");
 	memset(&s.latency, 0, sizeof(s.latency));
 	cr_expect_eq(faultd_stats_latency(&s, 50), 0);
 }
