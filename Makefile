@@ -1,11 +1,16 @@
 # A thin wrapper over meson for the two-command quick start:
 #   make demo   install what is missing, build, run the demo
 #   make test   the same, then the whole test suite
+#   make bench  the benchmarks, and thread sweeps plotted into $(PLOTS)
+#   make numa-check  the tests and placement on a two-node NUMA guest
+#               running the Debian 12 kernel (6.1), see scripts/
 BUILD ?= build
 MESON_OPTS ?=
 MINUTES ?= 10
+PLOTS ?= docs/plots
+SWEEP_OPTS ?= --seconds 0.5 --rounds 3
 
-.PHONY: all deps build demo test bench stress clean
+.PHONY: all deps build demo test bench numa-check stress clean
 
 all: build
 
@@ -25,8 +30,25 @@ demo: build
 test: build
 	meson test -C $(BUILD) --print-errorlogs
 
+# Every scenario with short rounds, then short sweeps of pf1 and lock over
+# the thread counts this machine has, as CSV and figures (bench/plot).
 bench: build
+	@FAULTD_EXTRA_PKGS=gnuplot-nox sh scripts/deps.sh
 	./$(BUILD)/bench/faultd-bench run all
+	@mkdir -p $(PLOTS)
+	./$(BUILD)/bench/faultd-bench sweep pf1 --csv $(SWEEP_OPTS) \
+		--variants kernel,uffd-minimal,faultd,faultd-global \
+		>$(PLOTS)/sweep-pf1.csv
+	./$(BUILD)/bench/faultd-bench sweep lock --csv $(SWEEP_OPTS) \
+		>$(PLOTS)/sweep-lock.csv
+	bench/plot -o $(PLOTS) $(PLOTS)/sweep-pf1.csv $(PLOTS)/sweep-lock.csv
+
+# A KVM (or TCG) guest with two NUMA nodes and the Debian 12 kernel: the
+# NUMA tests, placement sweeps and the whole suite (scripts/numa-check.sh).
+numa-check: build
+	@FAULTD_EXTRA_PKGS="qemu-system-x86 linux-image-amd64 busybox-static \
+		cpio" sh scripts/deps.sh
+	bash scripts/numa-check.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

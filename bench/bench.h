@@ -13,6 +13,7 @@
 #define FAULTD_BENCH_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,12 +27,28 @@
 #define BENCH_MAX_RATIOS 12
 #define BENCH_MAX_THREADS 256
 
+/* --place: where application threads run and their regions' memory is. */
+enum bench_place {
+	BENCH_PLACE_NONE = 0,	/* the scheduler's and the kernel's choice */
+	BENCH_PLACE_LOCAL,	/* thread on a node, memory bound to it */
+	BENCH_PLACE_INTERLEAVE,	/* thread on a node, memory over all nodes */
+	BENCH_PLACE_REMOTE,	/* thread on a node, memory bound to another */
+};
+
+/* --handlers: where a region's handler threads run. */
+enum bench_handlers {
+	BENCH_HANDLERS_WITH_REGION = 0, /* on the region's node (BIND) */
+	BENCH_HANDLERS_ELSEWHERE,	/* on a CPU of another node */
+};
+
 struct bench_opts {
 	double seconds;		/* per variant per round */
 	unsigned int threads;	/* application threads; 0: scenario default */
 	size_t size_mib;	/* per-thread or total size; 0: default */
 	unsigned int rounds;	/* measured rounds, after one warm-up */
 	bool json;
+	unsigned int place;	/* enum bench_place */
+	unsigned int handlers;	/* enum bench_handlers */
 };
 
 /* What one variant produced in one round. */
@@ -114,5 +131,113 @@ int bench_hugepages(unsigned long n);
 
 /* A context for a variant: lock mode and handler threads per region. */
 struct faultd_ctx *bench_ctx(unsigned int lock_mode, unsigned int handlers);
+
+/* ------------------------------------------------------------------------
+ * Placement (place.c): --place and --handlers for the scenarios that use
+ * regions, and a record of where threads and pages really were.
+ */
+
+/* Where application thread @i goes, and where its regions and handlers. */
+struct placement {
+	int node;		/* the thread's node; -1: not placed */
+	cpu_set_t cpus;		/* the thread's CPUs, with node >= 0 */
+	unsigned int policy;	/* FAULTD_NUMA_* for its regions */
+	unsigned int mem_node;	/* with FAULTD_NUMA_BIND */
+	uint64_t mem_nodes;	/* with FAULTD_NUMA_INTERLEAVE */
+	int handler_cpu;	/* --handlers elsewhere: their CPU; -1: none */
+};
+
+/* Parse a --place or --handlers argument into @o. Returns 0 or -EINVAL. */
+int place_parse(const char *arg, struct bench_opts *o);
+int place_parse_handlers(const char *arg, struct bench_opts *o);
+
+/*
+ * The placement of application thread @i under @o. @cpu >= 0: a variant
+ * that pins the thread to that CPU itself; the thread's node is then that
+ * CPU's node.
+ */
+void place_thread(const struct bench_opts *o, unsigned int i, int cpu,
+		  struct placement *p);
+
+/* The CPU for thread @i of a variant that pins each thread to one CPU. */
+int place_cpu(const struct bench_opts *o, unsigned int i);
+
+/* Pin the calling thread to @p's CPUs (nothing when not placed). */
+void place_self(const struct placement *p);
+
+/*
+ * Apply @p to region options: the memory policy, and for --handlers
+ * elsewhere FAULTD_PLACE_CPU, unless the variant placed its handlers.
+ */
+void place_region(const struct placement *p, struct faultd_region_opts *ro);
+
+/* The same for memory the bench maps itself (kernel, uffd-minimal). */
+int place_mbind(const struct placement *p, void *addr, size_t len);
+
+/* The same for a handler thread the bench starts itself (uffd-minimal). */
+void place_handler(const struct placement *p, pthread_t thread);
+
+/* NUMA nodes that have CPUs we may use (at least 1). */
+unsigned int place_nodes(void);
+
+/* What --place/--handlers could not do on this machine, or NULL. */
+const char *place_note(const struct bench_opts *o);
+
+const char *place_name(unsigned int place);
+const char *place_handlers_name(unsigned int handlers);
+
+/*
+ * Where things ran, as observed (not as asked): the CPUs the application
+ * threads and the handler threads were seen on, the memory policies of
+ * the regions and the nodes their pages were on. Collected while a
+ * variant runs, read and reset by the driver.
+ */
+struct where {
+	cpu_set_t app_cpus;
+	cpu_set_t handler_cpus;
+	unsigned int policy_modes;	/* 1 << MPOL_* seen */
+	uint64_t policy_nodes;		/* their node masks, or-ed */
+	uint64_t page_nodes;		/* nodes pages were found on */
+};
+
+void where_reset(void);
+void where_get(struct where *w);
+
+/* The calling application thread's CPU, now. */
+void where_app(void);
+
+/*
+ * The CPUs the handler threads (library's "faultd-h*", the bench's
+ * "uffd-min") last ran on. Rate-limited: cheap to call after every pass.
+ */
+void where_handlers(void);
+
+/* The policy of [addr, addr + len) and the nodes of a few touched pages. */
+void where_memory(void *addr, size_t len);
+
+/* A record as text: CPU lists ("0-3,8"), node lists, "bind:1"... */
+struct where_text {
+	char app_cpus[256], app_nodes[128];
+	char handler_cpus[256], handler_nodes[128];
+	char policy[256], page_nodes[128];
+};
+
+void where_text(const struct where *w, struct where_text *t);
+
+/*
+ * For `run` with --place or --handlers: one line (JSON with o->json) on
+ * where the scenario's variants ran, from the record since where_reset().
+ */
+void place_report(const char *scenario, const struct bench_opts *o);
+
+/* ------------------------------------------------------------------------
+ * The driver (faultd-bench.c) and its sweep subcommand (sweep.c)
+ */
+
+/* The scenario called @name, or NULL. */
+const struct scenario *bench_scenario(const char *name);
+
+/* faultd-bench sweep SCENARIO ...: returns the exit status. */
+int sweep_main(int argc, char **argv);
 
 #endif /* FAULTD_BENCH_H */

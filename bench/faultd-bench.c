@@ -4,7 +4,8 @@
  *
  *   faultd-bench list
  *   faultd-bench run SCENARIO|all [--seconds S] [--threads N] [--size MIB]
- *                [--rounds R] [--json]
+ *                [--rounds R] [--json] [--place P] [--handlers H]
+ *   faultd-bench sweep SCENARIO ...      (thread-count sweeps: sweep.c)
  *
  * Each scenario runs its variants side by side in one process, interleaved
  * (a warm-up round, then A B A B ... for R rounds), because ratios measured
@@ -37,6 +38,14 @@ static const struct scenario *const scenarios[] = {
 };
 
 #define MAX_ROUNDS 64
+
+const struct scenario *bench_scenario(const char *name)
+{
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(*scenarios); i++)
+		if (!strcmp(name, scenarios[i]->name))
+			return scenarios[i];
+	return NULL;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -212,6 +221,7 @@ static int run_scenario(const struct scenario *sc, struct bench_opts o)
 	if (!o.size_mib)
 		o.size_mib = sc->default_size_mib;
 	res->rounds = o.rounds;
+	where_reset();
 	for (unsigned int r = 0; r <= o.rounds; r++) {
 		for (unsigned int v = 0; v < sc->nvariants; v++) {
 			struct sample *s = &res->s[r][v];
@@ -222,6 +232,8 @@ static int run_scenario(const struct scenario *sc, struct bench_opts o)
 		}
 	}
 	ret = report(sc, &o, res);
+	if (o.place || o.handlers)
+		place_report(sc->name, &o);
 	free(res);
 	return ret;
 }
@@ -230,7 +242,11 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: faultd-bench list\n"
 		   "       faultd-bench run SCENARIO|all [--seconds S] "
-		   "[--threads N] [--size MIB] [--rounds R] [--json]\n");
+		   "[--threads N] [--size MIB] [--rounds R] [--json]\n"
+		   "                [--place none|local|interleave|remote] "
+		   "[--handlers with-region|elsewhere]\n"
+		   "       faultd-bench sweep SCENARIO [--threads N,N,...] "
+		   "[...]   (options: faultd-bench sweep)\n");
 }
 
 static int parse_opts(int argc, char **argv, struct bench_opts *o)
@@ -241,6 +257,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		{ "size", required_argument, NULL, 'm' },
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "place", required_argument, NULL, 'p' },
+		{ "handlers", required_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -252,11 +270,20 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		case 'm': o->size_mib = (size_t)atol(optarg); break;
 		case 'r': o->rounds = (unsigned int)atoi(optarg); break;
 		case 'j': o->json = true; break;
+		case 'p':
+			if (place_parse(optarg, o) < 0)
+				return -1;
+			break;
+		case 'H':
+			if (place_parse_handlers(optarg, o) < 0)
+				return -1;
+			break;
 		default: return -1;
 		}
 	}
 	if (o->seconds <= 0 || o->rounds < 1 || o->rounds >= MAX_ROUNDS ||
-	    o->threads > BENCH_MAX_THREADS)
+	    o->threads > BENCH_MAX_THREADS ||
+	    (o->handlers && !o->place)) /* elsewhere: from the region's node */
 		return -1;
 	return 0;
 }
@@ -274,6 +301,8 @@ int main(int argc, char **argv)
 			       scenarios[i]->desc);
 		return 0;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "sweep"))
+		return sweep_main(argc, argv);
 	if (argc < 3 || strcmp(argv[1], "run")) {
 		usage(stderr);
 		return 2;

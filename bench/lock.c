@@ -12,7 +12,8 @@
  * contention the kernel's per-VMA locks removed.
  *
  * Metrics: faults/s of the faulting threads, their p99 touch latency, and
- * map changes/s of the churning thread.
+ * map changes/s of the churning thread. --place and --handlers (place.c)
+ * place every thread, the churner as thread N, and its regions.
  */
 #include <errno.h>
 #include <string.h>
@@ -26,6 +27,7 @@ struct lock_thread {
 	size_t len;
 	double deadline;
 	bool churner;
+	struct placement pl;
 	uint64_t ops;
 	int err;
 	struct lat_hist lat;
@@ -37,6 +39,7 @@ static void fault_loop(struct lock_thread *t)
 	struct faultd_region *r;
 	char *p;
 
+	place_region(&t->pl, &o);
 	/* One region, emptied with discard each pass: no map changes here. */
 	t->err = faultd_region_create(t->ctx, &o, &r);
 	if (t->err)
@@ -50,6 +53,9 @@ static void fault_loop(struct lock_thread *t)
 			lat_record(&t->lat, now_ns() - t0);
 		}
 		t->ops += t->len / 4096;
+		where_app();
+		where_memory(p, t->len);
+		where_handlers();
 		t->err = faultd_region_discard(r, 0, t->len);
 	}
 	faultd_region_destroy(r);
@@ -65,6 +71,7 @@ static void churn_loop(struct lock_thread *t)
 	struct faultd_heap *h;
 	void *prev;
 
+	place_region(&t->pl, &o);
 	t->err = faultd_heap_create(t->ctx, &ho, &h);
 	while (!t->err && bench_now() < t->deadline) {
 		struct faultd_region *r;
@@ -90,6 +97,7 @@ static void *lock_thread_main(void *arg)
 {
 	struct lock_thread *t = arg;
 
+	place_self(&t->pl);
 	if (t->churner)
 		churn_loop(t);
 	else
@@ -118,6 +126,7 @@ static int lock_run(const struct bench_opts *o, unsigned int v,
 					      .len = o->size_mib << 20,
 					      .deadline = t0 + o->seconds,
 					      .churner = i == o->threads };
+		place_thread(o, i, -1, &th[i].pl);
 	}
 	ret = run_threads(n, lock_thread_main, th, sizeof(th[0]));
 	for (unsigned int i = 0; !ret && i < n; i++)

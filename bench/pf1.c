@@ -23,6 +23,10 @@
  *   same region kept across passes and discarded after each: its pages
  *   stay allocated and each fault clears one with faultd_clear()). The
  *   huge pages are reserved for the run and given back.
+ *
+ * --place and --handlers (place.c) apply to every variant alike: the
+ * threads, the memory the bench maps itself (mbind) and the regions; a
+ * variant that pins its threads or handlers itself keeps its CPUs.
  */
 #include <errno.h>
 #include <sched.h>
@@ -82,6 +86,7 @@ struct pf1_thread {
 	size_t len, stride;
 	double deadline;
 	struct faultd_ctx *ctx;
+	struct placement pl;
 	uint64_t faults;
 	int err;
 	struct lat_hist lat;
@@ -105,6 +110,8 @@ static void touch_pages(struct pf1_thread *t, char *p)
 		lat_record(&t->lat, now_ns() - t0);
 	}
 	t->faults += t->len / t->stride;
+	where_app();
+	where_memory(p, t->len);
 }
 
 static char *map_anon(size_t len, bool huge)
@@ -119,14 +126,16 @@ static char *map_anon(size_t len, bool huge)
 
 static void run_kernel(struct pf1_thread *t)
 {
-	while (bench_now() < t->deadline) {
+	while (!t->err && bench_now() < t->deadline) {
 		char *p = map_anon(t->len, t->v->how & HUGE);
 
 		if (!p) {
 			t->err = -ENOMEM;
 			return;
 		}
-		touch_pages(t, p);
+		t->err = place_mbind(&t->pl, p, t->len);
+		if (!t->err)
+			touch_pages(t, p);
 		munmap(p, t->len);
 	}
 }
@@ -138,6 +147,9 @@ static void run_minimal(struct pf1_thread *t)
 	t->err = uffd_minimal_start(&m, t->cpu);
 	if (t->err)
 		return;
+	pthread_setname_np(m.thread, "uffd-min"); /* for where_handlers() */
+	if (t->cpu < 0)
+		place_handler(&t->pl, m.thread);
 	while (!t->err && bench_now() < t->deadline) {
 		char *p = map_anon(t->len, false);
 
@@ -145,9 +157,13 @@ static void run_minimal(struct pf1_thread *t)
 			t->err = -ENOMEM;
 			break;
 		}
-		t->err = uffd_minimal_register(&m, p, t->len);
+		t->err = place_mbind(&t->pl, p, t->len);
 		if (!t->err)
+			t->err = uffd_minimal_register(&m, p, t->len);
+		if (!t->err) {
 			touch_pages(t, p);
+			where_handlers();
+		}
 		munmap(p, t->len);
 	}
 	uffd_minimal_stop(&m);
@@ -163,6 +179,7 @@ static void region_opts(const struct pf1_thread *t, struct faultd_region_opts *o
 	o->cpu = t->cpu < 0 ? 0 : (unsigned int)t->cpu;
 	o->busy_poll_us = t->v->busy_poll_us;
 	o->fault_around = t->v->fault_around;
+	place_region(&t->pl, o);
 }
 
 static void run_faultd(struct pf1_thread *t)
@@ -179,6 +196,7 @@ static void run_faultd(struct pf1_thread *t)
 		if (t->err)
 			return;
 		touch_pages(t, faultd_region_base(r));
+		where_handlers();
 		if (t->v->how & REUSE)
 			t->err = faultd_region_discard(r, 0, t->len);
 		else
@@ -194,6 +212,8 @@ static void *pf1_thread_main(void *arg)
 
 	if (t->cpu >= 0)
 		pin_self(t->cpu);
+	else
+		place_self(&t->pl);
 	switch (t->v->kind) {
 	case KERNEL: run_kernel(t); break;
 	case MINIMAL: run_minimal(t); break;
@@ -231,12 +251,13 @@ static int pf1_run(const struct bench_opts *o, unsigned int vi,
 		memset(&th[i], 0, sizeof(th[i]));
 		th[i] = (struct pf1_thread){
 			.v = v,
-			.cpu = v->how & SAME_CPU ? (int)(i % bench_cpus()) : -1,
+			.cpu = v->how & SAME_CPU ? place_cpu(o, i) : -1,
 			.len = o->size_mib << 20,
 			.stride = stride,
 			.deadline = t0 + o->seconds,
 			.ctx = ctx,
 		};
+		place_thread(o, i, th[i].cpu, &th[i].pl);
 	}
 	ret = run_threads(o->threads, pf1_thread_main, th, sizeof(th[0]));
 	for (unsigned int i = 0; !ret && i < o->threads; i++) {
