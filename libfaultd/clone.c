@@ -343,6 +343,27 @@ void clone_child_destroy_locked(struct faultd_region *child)
  * Creating clones.
  */
 
+#define PM_FILE (1ull << 61) /* a page-cache (or shared) page */
+
+/* The same from /proc/self/pagemap, for kernels without PAGEMAP_SCAN. */
+static int has_private_pages_slow(const struct faultd_region *r)
+{
+	size_t n = atomic_load(&r->len) / r->page_size;
+	uint64_t pm[512];
+
+	for (size_t i = 0; i < n; i += ARRAY_SIZE(pm)) {
+		size_t k = n - i < ARRAY_SIZE(pm) ? n - i : ARRAY_SIZE(pm);
+
+		if (mem_pagemap(r->ctx, r->base + i * r->page_size, k, pm) < 0)
+			return -EIO;
+		for (size_t j = 0; j < k; j++)
+			if ((pm[j] & (PM_PRESENT | PM_SWAPPED)) &&
+			    !(pm[j] & PM_FILE))
+				return 1;
+	}
+	return 0;
+}
+
 /* Does a frozen view hold pages of its own (written since the freeze)? */
 static int has_private_pages(const struct faultd_region *r)
 {
@@ -358,8 +379,11 @@ static int has_private_pages(const struct faultd_region *r)
 		.category_mask = PAGE_IS_PRESENT | PAGE_IS_FILE,
 		.return_mask = PAGE_IS_PRESENT,
 	};
-	int n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
+	int n;
 
+	if (!(uffd_have() & FAULTD_HAVE_PAGEMAP_SCAN))
+		return has_private_pages_slow(r);
+	n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
 	return n < 0 ? -errno : n > 0;
 }
 
@@ -415,7 +439,10 @@ static int clone_shared(struct faultd_region *p, const struct faultd_clone_opts 
 	struct faultd_region_opts o;
 	int ret;
 
-	if (!(uffd_have() & FAULTD_HAVE_MINOR_SHMEM) || p->wp_mode == WP_ASYNC)
+	/* The clones map the base's pages write-protected (UFFDIO_CONTINUE
+	 * with MODE_WP, 6.2 and later), so that they see their own writes. */
+	if (!(uffd_have() & FAULTD_HAVE_MINOR_SHMEM) ||
+	    !(uffd_have() & FAULTD_HAVE_CONTINUE_WP) || p->wp_mode == WP_ASYNC)
 		return -EOPNOTSUPP;
 	if (p->kind == REGION_MEMFD)
 		ret = clone_freeze(p);

@@ -19,7 +19,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <urcu/urcu-memb.h>
+#include <urcu/urcu-bp.h>
 
 #include "internal.h"
 
@@ -582,7 +582,7 @@ static struct faultd_region *lock_region_under_rcu(struct handler *h,
 {
 	struct faultd_region *r;
 
-	urcu_memb_read_lock();
+	urcu_bp_read_lock();
 	r = map_lookup(h->group->ctx, addr);
 	if (!r) {
 		stat_inc(&h->stats, ST_MISS);
@@ -598,10 +598,10 @@ static struct faultd_region *lock_region_under_rcu(struct handler *h,
 		stat_inc(&h->stats, ST_MISS);
 		goto fail;
 	}
-	urcu_memb_read_unlock();
+	urcu_bp_read_unlock();
 	return r;
 fail:
-	urcu_memb_read_unlock();
+	urcu_bp_read_unlock();
 	return NULL;
 }
 

@@ -42,10 +42,20 @@ struct file_pager {
 static pthread_once_t ring_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t ring_key;
 
+/* A thread's ring, and the process that made it. */
+struct thread_ring {
+	struct io_uring ring;
+	pid_t pid;
+};
+
 static void ring_free(void *p)
 {
-	io_uring_queue_exit(p);
-	free(p);
+	struct thread_ring *t = p;
+
+	/* A child's copy of its parent's ring is not the child's to exit. */
+	if (t->pid == getpid())
+		io_uring_queue_exit(&t->ring);
+	free(t);
 }
 
 static void ring_key_make(void)
@@ -59,27 +69,31 @@ static void ring_key_make(void)
  */
 static struct io_uring *thread_ring(int *err)
 {
-	struct io_uring *ring;
+	struct thread_ring *t;
 
 	pthread_once(&ring_key_once, ring_key_make);
-	ring = pthread_getspecific(ring_key);
-	if (ring)
-		return ring;
-	ring = malloc(sizeof(*ring));
-	*err = ring ? io_uring_queue_init(RING_ENTRIES, ring, 0) : -ENOMEM;
+	t = pthread_getspecific(ring_key);
+	if (t && t->pid == getpid())
+		return &t->ring;
+	if (t) /* made before a fork: the parent's, shared with it */
+		ring_free(t);
+	t = malloc(sizeof(*t));
+	*err = t ? io_uring_queue_init(RING_ENTRIES, &t->ring, 0) : -ENOMEM;
 	if (*err < 0) {
-		free(ring);
+		free(t);
+		pthread_setspecific(ring_key, NULL);
 		return NULL;
 	}
-	pthread_setspecific(ring_key, ring);
-	return ring;
+	t->pid = getpid();
+	pthread_setspecific(ring_key, t);
+	return &t->ring;
 }
 
 /* A ring whose state we no longer know: the next call makes a new one. */
 static void ring_drop(struct io_uring *ring)
 {
 	pthread_setspecific(ring_key, NULL);
-	ring_free(ring);
+	ring_free(container_of(ring, struct thread_ring, ring));
 }
 
 /* Wait for a completion; a signal does not end the wait. */

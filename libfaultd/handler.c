@@ -7,7 +7,7 @@
  * up to HANDLER_BATCH, applies the non-cooperative events of the batch
  * before its faults, retries the faults it parked (EAGAIN: the address
  * space was changing), then handles the new faults. Threads are RCU readers
- * (liburcu memb) for their whole life.
+ * (liburcu bp) for their whole life.
  *
  * Stopping: the group's stop flag is set and its eventfd written; threads
  * leave their loop at the next wake-up. A group stops only when no region
@@ -24,7 +24,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <urcu/urcu-memb.h>
+#include <urcu/urcu-bp.h>
 
 #include "internal.h"
 
@@ -185,9 +185,8 @@ static void *handler_main(void *arg)
 	struct handler *h = arg;
 
 	tls_handler = h;
-	urcu_memb_register_thread();
+	urcu_bp_register_thread();
 	handler_loop(h);
-	urcu_memb_unregister_thread();
 	tls_handler = NULL;
 	return NULL;
 }
@@ -327,7 +326,7 @@ int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
 		ret = -errno;
 		goto err;
 	}
-	for (unsigned int i = 0; i < nthreads; i++) {
+	for (unsigned int i = 0; i < nthreads && !pol->deferred; i++) {
 		ret = handler_start(g, i);
 		if (ret < 0)
 			goto err;
@@ -338,6 +337,24 @@ err:
 	group_stop(g);
 	group_free(g);
 	return ret;
+}
+
+/*
+ * group_start_deferred() - start the threads of a group made with
+ * pol.deferred (once). Returns 0 or -errno (the threads started stay).
+ */
+int group_start_deferred(struct faultd_group *g)
+{
+	for (unsigned int i = 0; i < g->nthreads; i++) {
+		int ret;
+
+		if (g->handlers[i].started)
+			continue;
+		ret = handler_start(g, i);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
 }
 
 /* Stop and join the group's threads. Context: not under map_lock. */

@@ -13,10 +13,11 @@
  * the break passes the trim threshold, then gives it back (MADV_DONTNEED).
  * Kept pages hold old data, so growth clears what it re-exposes with
  * faultd_clear() - only up to the highest page ever faulted in, which is
- * all that can hold data. A poison marker stays until its page is zapped,
- * so growth also zaps the markers it re-exposes - only when poisoning
- * reached there, tracked by poison_hi; that is the one system call growth
- * may make.
+ * all that can hold data. A poison marker stays until its page is zapped
+ * (and the fallback for kernels without UFFDIO_POISON, PROT_NONE, until
+ * it is undone), so growth also unpoisons what it re-exposes - only when
+ * poisoning reached there, tracked by poison_hi; those are the only system
+ * calls growth may make.
  *
  * Locking: heap->lock serializes sbrk/brk. The handler reads brk,
  * present_hi and poison_hi without it (atomics, see heap_fault()).
@@ -85,11 +86,23 @@ bool heap_note_poison(struct faultd_heap *h, uintptr_t addr)
 	return addr >= page_up(h, atomic_load(&h->brk));
 }
 
+/*
+ * Undo poisoning of [addr, addr + len): give back the access that the
+ * fallback without UFFDIO_POISON took away (fault.c, poison_by_mprotect(),
+ * kernels before 6.6; a no-op otherwise), then zap the pages and markers,
+ * so that the next access faults to the handler again.
+ */
+static void heap_unpoison(uintptr_t addr, size_t len)
+{
+	mprotect((void *)addr, len, PROT_READ | PROT_WRITE);
+	madvise((void *)addr, len, MADV_DONTNEED);
+}
+
 /* After poisoning: if the break moved over the page meanwhile, unpoison. */
 void heap_poisoned(struct faultd_heap *h, uintptr_t addr)
 {
 	if (addr < page_up(h, atomic_load(&h->brk)))
-		madvise((void *)addr, h->page, MADV_DONTNEED);
+		heap_unpoison(addr, h->page);
 }
 
 /* ------------------------------------------------------------------------
@@ -104,7 +117,7 @@ static void heap_unpoison_locked(struct faultd_heap *h, uintptr_t from,
 
 	if (hi <= from)
 		return;
-	madvise((void *)from, (hi < to ? hi : to) - from, MADV_DONTNEED);
+	heap_unpoison(from, (hi < to ? hi : to) - from);
 	if (hi <= to) /* all of them: forget, unless a new one came */
 		atomic_compare_exchange_strong(&h->poison_hi, &hi, from);
 }

@@ -8,7 +8,7 @@
  *     region->lock (the per-region lock, like the per-VMA lock)
  *       ctx->pager_lock (serializes unaudited pagers; only under map_lock)
  *         ctx->stats_lock (leaf)
- * RCU read-side sections (liburcu memb) nest inside nothing and contain no
+ * RCU read-side sections (liburcu bp) nest inside nothing and contain no
  * blocking call; only handler threads are RCU readers.
  */
 #ifndef FAULTD_INTERNAL_H
@@ -27,6 +27,8 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define container_of(p, type, member)                                          \
+	((type *)((char *)(p) - offsetof(type, member)))
 #define CACHELINE 64
 
 /* Assertions in tiers (as mimalloc): cheap ones always, internal ones with
@@ -344,6 +346,9 @@ struct faultd_region {
 	/* Bounded memory (evict.c); NULL: no budget */
 	struct evict *ev;
 
+	/* A restored region (restore.c); NULL: not one */
+	struct restore *rs;
+
 	/* Write-protection and dirty tracking (dirty.c) */
 	enum wp_mode wp_mode;
 	faultd_write_hook write_hook;
@@ -385,6 +390,10 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);
 int mem_discard(struct faultd_region *r, uint64_t off, size_t len);
 int mem_freeze(struct faultd_region *r);
 int mem_reregister(struct faultd_region *r);
+int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
+		uint64_t *pm);
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
 void region_read_unlock(struct faultd_region *r);
 
 /* ------------------------------------------------------------------------
@@ -426,6 +435,7 @@ struct region_init {
 	int memfd;		   /* owned, taken over */
 	struct pager_ref *pager;   /* a reference, taken over */
 	bool wp_registered;
+	bool deferred;		   /* its handlers start later (restore.c) */
 };
 
 int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
@@ -493,6 +503,74 @@ ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* ------------------------------------------------------------------------
+ * image.c - checkpoint images: the format (shared with the daemon) and
+ * reading. Fields are in the host's byte order: an image is read on the
+ * kind of machine that wrote it.
+ */
+
+#define IMG_MAGIC "FAULTDIM"
+#define IMG_VERSION 1
+#define IMG_BLOCK (64ul << 10) /* storage, checksum and read unit */
+#define IMG_INCREMENTAL (1ull << 0)
+
+struct img_header {
+	char magic[8];		/* IMG_MAGIC */
+	uint32_t version;	/* IMG_VERSION */
+	uint32_t header_size;	/* sizeof(struct img_header) */
+	uint32_t page_size;	/* 4096 */
+	uint32_t block_size;	/* IMG_BLOCK */
+	uint64_t region_len;	/* bytes of region the image covers */
+	uint64_t flags;		/* IMG_INCREMENTAL */
+	uint64_t nr_extents;
+	uint64_t extents_off;	/* file offset of the extent table */
+	uint64_t data_off;	/* file offset of data block 0 (IMG_BLOCK) */
+	uint64_t nr_blocks;	/* data blocks */
+	uint64_t crcs_off;	/* file offset of nr_blocks CRC32Cs */
+	uint64_t base_addr;	/* where the region was (information) */
+	uint8_t id[16];		/* random: this image */
+	uint8_t parent_id[16];	/* incremental: the parent's id */
+	char parent[256];	/* incremental: the parent's file name, in the
+				   same directory; NUL-terminated */
+	uint32_t extents_crc;	/* CRC32C of the extent table */
+	uint32_t crcs_crc;	/* CRC32C of the CRC table */
+	uint32_t header_crc;	/* CRC32C of this header, this field 0 */
+	uint32_t reserved;
+};
+
+enum img_kind {
+	IMG_DATA = 1,	/* blocks stored at data_block.. */
+	IMG_ZERO = 2,	/* blocks of zeros, not stored */
+};
+
+struct img_extent {
+	uint64_t offset;	/* region offset, a multiple of IMG_BLOCK */
+	uint64_t blocks;
+	uint64_t data_block;	/* IMG_DATA: its first data block */
+	uint32_t kind;		/* enum img_kind */
+	uint32_t reserved;
+};
+
+struct image {
+	int fd;
+	struct img_header h;
+	struct img_extent *ext;
+	uint32_t *crcs;
+	struct image *parent;	/* incremental images */
+};
+
+int image_open(int fd, const char *path, struct image **imgp);
+void image_close(struct image *img);
+ssize_t image_read(const struct image *img, uint64_t off, void *buf,
+		   size_t len);
+
+/* ------------------------------------------------------------------------
+ * restore.c - restored regions.
+ */
+
+void restore_stop(struct faultd_region *r);
+void restore_free(struct faultd_region *r);
+
+/* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.
  */
 
@@ -543,6 +621,8 @@ struct group_policy {
 	int numa_node;		/* >= 0: run on that node's CPUs (ANY only) */
 	size_t staging_len;
 	uint64_t features;	/* UFFD_FEATURE_* for its userfaultfd */
+	bool deferred;		/* threads start at group_start_deferred():
+				   someone else reads the uffd until then */
 };
 
 struct handler;
@@ -566,6 +646,7 @@ struct faultd_group {
 int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
 		 bool implicit, struct faultd_group **gp);
 void group_stop(struct faultd_group *g);
+int group_start_deferred(struct faultd_group *g);
 void group_free(struct faultd_group *g);
 bool in_handler_of(const struct faultd_ctx *ctx);
 

@@ -13,12 +13,19 @@
  * liburcu requires call_rcu() callers to be registered reader threads, and
  * map updates come from application threads. The grace period is paid by
  * the updater, never by a fault.
+ *
+ * The flavor is liburcu-bp, not memb: a library cannot make the
+ * application call RCU's fork hooks, and with memb a child that forked
+ * without exec crashed in its first synchronize_rcu() walking the
+ * registrations of its parent's threads. bp's hooks, installed with
+ * pthread_atfork() when the first context is made (map_init()), drop
+ * those registrations in the child.
  */
 #define _LGPL_SOURCE
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <urcu/urcu-memb.h>
+#include <urcu/urcu-bp.h>
 
 #include "internal.h"
 
@@ -32,8 +39,17 @@ static struct region_map *map_alloc(size_t nr)
 	return m;
 }
 
+static void map_atfork(void)
+{
+	pthread_atfork(urcu_bp_before_fork, urcu_bp_after_fork_parent,
+		       urcu_bp_after_fork_child);
+}
+
 int map_init(struct faultd_ctx *ctx)
 {
+	static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&atfork_once, map_atfork);
 	ctx->map = map_alloc(0);
 	return ctx->map ? 0 : -ENOMEM;
 }
@@ -161,6 +177,6 @@ struct region_map *map_remove_locked(struct faultd_ctx *ctx,
  */
 void map_free_after_gp(struct region_map *old)
 {
-	urcu_memb_synchronize_rcu();
+	urcu_bp_synchronize_rcu();
 	free(old);
 }

@@ -77,20 +77,6 @@ struct readahead {
  * Filling: what a worker does with one chunk.
  */
 
-/* Is the page at @addr present? Pages we cannot tell about count as not. */
-static void pages_present(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
-			  size_t ps, uint64_t *pm)
-{
-	off_t at = (off_t)(addr / ps * sizeof(*pm));
-
-	if (pread(ctx->pagemap_fd, pm, n * sizeof(*pm), at) !=
-	    (ssize_t)(n * sizeof(*pm)))
-		memset(pm, 0, n * sizeof(*pm));
-}
-
-#define PM_PRESENT (1ull << 63)
-#define PM_SWAPPED (1ull << 62)
-
 /*
  * copy_run() - fill [off, off + len) from the pager (or zeros) and install
  * it with one UFFDIO_COPY, write-protected where writes are tracked (the
@@ -127,7 +113,7 @@ static void copy_populate(struct faultd_region *r, uint64_t off, size_t len,
 	size_t ps = r->page_size, n = len / ps;
 	uint64_t pm[PF_CHUNK / 4096];
 
-	pages_present(r->ctx, r->base + off, n, ps, pm);
+	mem_pagemap(r->ctx, r->base + off, n, pm);
 	for (size_t i = 0; i < n;) {
 		size_t j = i;
 

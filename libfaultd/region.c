@@ -79,6 +79,11 @@ static int region_wp_check(const struct faultd_region_opts *o)
 		return -EINVAL;
 	if (!(have & (anon ? FAULTD_HAVE_WP : FAULTD_HAVE_WP_SHMEM)))
 		return -EOPNOTSUPP;
+	/* A memfd-hugetlb region maps with UFFDIO_CONTINUE: protected. */
+	if ((o->flags & FAULTD_REGION_MEMFD) &&
+	    (o->flags & FAULTD_REGION_HUGETLB) &&
+	    !(have & FAULTD_HAVE_CONTINUE_WP))
+		return -EOPNOTSUPP;
 	if (wp == FAULTD_REGION_WP)
 		return 0;
 	if (o->write_hook || o->group)
@@ -142,7 +147,9 @@ static int region_budget_check(const struct faultd_region_opts *o, size_t ps)
 	    (o->flags & (FAULTD_REGION_HUGETLB | FAULTD_REGION_THP |
 			 FAULTD_REGION_SAME_THREAD)))
 		return -EINVAL;
-	if (!(have & FAULTD_HAVE_MINOR_SHMEM))
+	/* Its pages are mapped write-protected with UFFDIO_CONTINUE. */
+	if ((have & (FAULTD_HAVE_MINOR_SHMEM | FAULTD_HAVE_CONTINUE_WP)) !=
+	    (FAULTD_HAVE_MINOR_SHMEM | FAULTD_HAVE_CONTINUE_WP))
 		return -EOPNOTSUPP;
 	return 0;
 }
@@ -184,6 +191,7 @@ static int region_opts_check(const struct faultd_ctx *ctx,
 /* Free @r and what it owns; its memory is unmapped (or never was). */
 static void region_free(struct faultd_region *r)
 {
+	restore_free(r);
 	heap_free(r->heap);
 	evict_free(r);
 	prefetch_free(r);
@@ -224,6 +232,17 @@ static void region_take_init(struct faultd_region *r,
 	r->wp_registered = init->wp_registered;
 }
 
+/* Release what a library-internal creation handed over, on failure. */
+static void region_init_release(const struct region_init *init)
+{
+	if (!init)
+		return;
+	base_put(init->cache);
+	pager_put(init->pager);
+	if (init->memfd >= 0)
+		close(init->memfd);
+}
+
 /*
  * The fault-around and read-ahead of a region: as asked, or the defaults -
  * on for regions served by the file pager (64 KiB, like the kernel's
@@ -257,13 +276,16 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 {
 	struct faultd_region *r = calloc(1, sizeof(*r));
 
-	if (!r)
+	if (!r) {
+		region_init_release(init);
 		return NULL;
+	}
 	r->memfd = -1;
 	r->sig_slot = -1;
 	if (init)
 		region_take_init(r, init);
 	if (rwlock_init_writer_pref(&r->lock) < 0) {
+		region_init_release(init);
 		free(r);
 		return NULL;
 	}
@@ -303,7 +325,8 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 
 /* Attach @r to its group: the caller's, or a new one of its own. */
 static int region_attach_group(struct faultd_region *r,
-			       const struct faultd_region_opts *o)
+			       const struct faultd_region_opts *o,
+			       bool deferred)
 {
 	struct faultd_group *g = o->group;
 	unsigned int n = o->handler_threads ? o->handler_threads
@@ -321,6 +344,7 @@ static int region_attach_group(struct faultd_region *r,
 					     : -1,
 			.staging_len = r->page_size,
 			.features = GROUP_FEATURES,
+			.deferred = deferred,
 		};
 
 		if (r->wp_mode == WP_ASYNC)
@@ -394,16 +418,6 @@ static void region_unlink_locked(struct faultd_region *r)
 	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
-/* Release what a library-internal creation handed over, on failure. */
-static void region_init_release(const struct region_init *init)
-{
-	if (!init)
-		return;
-	base_put(init->cache);
-	pager_put(init->pager);
-	if (init->memfd >= 0)
-		close(init->memfd);
-}
 
 /*
  * region_create() - create a region from checked options; @init (may be
@@ -427,13 +441,11 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 		return ret;
 	}
 	r = region_alloc(ctx, o, init, (size_t)ps);
-	if (!r) {
-		region_init_release(init);
+	if (!r) /* what @init handed over is released */
 		return -ENOMEM;
-	}
 	ret = evict_start(r);
 	if (!ret)
-		ret = region_attach_group(r, o);
+		ret = region_attach_group(r, o, init && init->deferred);
 	if (ret < 0)
 		goto err_group;
 
@@ -523,6 +535,7 @@ FAULTD_EXPORT int faultd_region_destroy(struct faultd_region *r)
 	if (in_handler_of(ctx))
 		return -EDEADLK;
 	/* Before any lock: their threads take the region's lock. */
+	restore_stop(r);
 	prefetch_quiesce(r);
 	evict_stop(r);
 	clone_parent_destroy(r);

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -100,6 +101,43 @@ static bool pagemap_scan_works(void)
 	return ret == 0;
 }
 
+/*
+ * Can UFFDIO_CONTINUE install a page write-protected (6.2 and later)? No
+ * feature bit says so: try it on one page of a memfd.
+ */
+static bool continue_wp_works(void)
+{
+	uint64_t f = UFFD_FEATURE_MINOR_SHMEM | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+	int mfd = memfd_create("faultd-probe", MFD_CLOEXEC), fd = -1;
+	char *view = MAP_FAILED, *alias = MAP_FAILED;
+	bool ok = false;
+
+	if (mfd < 0 || ftruncate(mfd, 4096) < 0)
+		goto out;
+	view = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	alias = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	fd = uffd_open(f, true);
+	if (view == MAP_FAILED || alias == MAP_FAILED || fd < 0)
+		goto out;
+	alias[0] = 1; /* the page is in the page cache */
+	ok = !uffd_register(fd, (uintptr_t)view, 4096,
+			    UFFDIO_REGISTER_MODE_MINOR |
+				    UFFDIO_REGISTER_MODE_WP,
+			    NULL) &&
+	     uffd_continue(fd, (uintptr_t)view, 4096,
+			   UFFDIO_CONTINUE_MODE_WP) == 4096;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (view != MAP_FAILED)
+		munmap(view, 4096);
+	if (alias != MAP_FAILED)
+		munmap(alias, 4096);
+	if (mfd >= 0)
+		close(mfd);
+	return ok;
+}
+
 static uint64_t have_from_api(const struct uffdio_api *api)
 {
 	const struct {
@@ -158,6 +196,9 @@ static void probe_kernel(void)
 	}
 	if (pagemap_scan_works())
 		probed.have |= FAULTD_HAVE_PAGEMAP_SCAN;
+	if ((probed.have & FAULTD_HAVE_MINOR_SHMEM) &&
+	    (probed.have & FAULTD_HAVE_WP_SHMEM) && continue_wp_works())
+		probed.have |= FAULTD_HAVE_CONTINUE_WP;
 }
 
 int uffd_probe(struct faultd_features *f)

@@ -163,6 +163,7 @@ Test(clone, isolation_copy_path, .timeout = 60)
 
 Test(clone, isolation_memfd_path, .timeout = 60)
 {
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
 	isolation(FAULTD_REGION_MEMFD);
 }
 
@@ -195,6 +196,7 @@ static void smaps_of(void *addr, long *shared, long *anon)
 
 Test(clone, memfd_path_shares_pages, .timeout = 60)
 {
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
 	struct faultd_ctx *ctx = make_ctx(1);
 	struct faultd_region *p = parent_region(ctx, FAULTD_REGION_MEMFD), *c;
 	const long size_kb = NP * PAGE / 1024, written_kb = 64 * PAGE / 1024;
@@ -314,6 +316,12 @@ Test(clone, bad_input_exact_errors)
 	cr_assert_eq(faultd_region_destroy(c), 0);
 	cr_expect_eq(faultd_region_resize(p, 2 * NP * PAGE) == -EBUSY, 0);
 	/* A frozen region with pages of its own cannot share its base. */
+	if (!(probe_have() & FAULTD_HAVE_CONTINUE_WP)) {
+		cr_expect_eq(faultd_region_clone(m, &o, &x), -EOPNOTSUPP);
+		faultd_ctx_destroy(other);
+		faultd_ctx_destroy(ctx);
+		return;
+	}
 	c = clone_of(m);
 	*word(m, 3) = 1;
 	cr_expect_eq(faultd_region_clone(m, &o, &x), -EBUSY);

@@ -102,6 +102,36 @@ static inline bool wait_at_least(atomic_int *v, int want, int timeout_ms)
 }
 
 /*
+ * The signal an access to a poisoned page gets: SIGBUS (UFFDIO_POISON,
+ * Linux 6.6+), or on older kernels SIGSEGV, because there the library
+ * makes the page inaccessible instead (README, "Kernel requirements").
+ * Never zeros either way.
+ */
+static inline int poison_signal(void)
+{
+	struct faultd_features f = { .size = sizeof(f) };
+
+	if (faultd_probe(&f) == 0 && !(f.have & FAULTD_HAVE_POISON))
+		return SIGSEGV;
+	return SIGBUS;
+}
+
+/* FAULTD_HAVE_* of this kernel (0 if userfaultfd is unavailable). */
+static inline uint64_t probe_have(void)
+{
+	struct faultd_features f = { .size = sizeof(f) };
+
+	return faultd_probe(&f) ? 0 : f.have;
+}
+
+/* Skip the test, saying why, when the kernel lacks any of @bits. */
+#define skip_without(bits, what)                                              \
+	do {                                                                   \
+		if ((probe_have() & (bits)) != (bits))                         \
+			cr_skip_test("this kernel lacks %s", what);            \
+	} while (0)
+
+/*
  * Run @fn in a child process and return how it ended: the signal number
  * that killed it (> 0), or -(exit status + 1).
  */

@@ -64,6 +64,7 @@ struct faultd_group;
 #define FAULTD_HAVE_SIGBUS (1ull << 10)		/* UFFD_FEATURE_SIGBUS */
 #define FAULTD_HAVE_EVENTS (1ull << 11)		/* only EVENT_UNMAP is probed */
 #define FAULTD_HAVE_PAGEMAP_SCAN (1ull << 12)	/* PAGEMAP_SCAN ioctl */
+#define FAULTD_HAVE_CONTINUE_WP (1ull << 13)	/* UFFDIO_CONTINUE_MODE_WP */
 
 struct faultd_features {
 	size_t size;		/* sizeof(struct faultd_features) */
@@ -1003,6 +1004,123 @@ struct faultd_clear_info {
  * Context: any.
  */
 int faultd_clear_info(struct faultd_clear_info *info);
+
+/* ------------------------------------------------------------------------
+ * Checkpoint and restore
+ *
+ * An image holds a region's content in 64 KiB blocks, each with a CRC32C;
+ * blocks of zeros take no space. Images are versioned; a reader refuses
+ * one it does not understand. See faultd-image(5).
+ */
+
+#define FAULTD_CKPT_SYNC (1u << 0)	  /* fsync the image and its directory */
+#define FAULTD_CKPT_INCREMENTAL (1u << 1) /* only what changed since @parent */
+
+struct faultd_checkpoint_opts {
+	size_t size;		/* sizeof(struct faultd_checkpoint_opts) */
+	unsigned int flags;	/* FAULTD_CKPT_* */
+	/* With FAULTD_CKPT_INCREMENTAL: the image this one is taken against;
+	 * it must be in the same directory, under the name it has now. */
+	const char *parent;
+};
+
+/*
+ * faultd_checkpoint() - write an image of the region to @path (opts may be
+ * NULL: a full image, not synced). The calling thread reads the region:
+ * pages not present are faulted in from the pager (a region without one
+ * skips them: they are zeros). A full image of a region with write
+ * tracking collects its dirty set first, so that an incremental image
+ * taken later holds exactly the pages written since (and no dirty set
+ * collected in between may be taken by faultd_region_dirty() or sync, or
+ * those pages are missed). The image is consistent if the region is not
+ * written while it is taken. It is written to a temporary file renamed over
+ * @path when complete: a crash leaves the old file or the new one.
+ * Returns 0, or -EINVAL (NULL, unknown flags, INCREMENTAL without a parent
+ * or a parent without INCREMENTAL), -E2BIG, -EOPNOTSUPP (incremental of a
+ * region without write tracking; huge pages; a same-thread region),
+ * -EDEADLK (from a handler thread), -ENAMETOOLONG, the parent's errors as
+ * for faultd_restore(), or the error of a file operation.
+ * Context: any thread but a handler thread; not concurrently with resize
+ * or destroy of the region.
+ */
+int faultd_checkpoint(struct faultd_region *region, const char *path,
+		      const struct faultd_checkpoint_opts *opts);
+
+/*
+ * FAULTD_RESTORE_DAEMON: the faults are served by the faultd daemon (see
+ * faultd(8)) over @socket; the library keeps the userfaultfd and the
+ * image open, and serves the region itself if the daemon dies (its faults
+ * wait meanwhile; none is answered with zeros) and once the daemon has
+ * put every page in.
+ * FAULTD_RESTORE_LAZY: no background population: pages come in only when
+ * touched (or prefetched).
+ */
+#define FAULTD_RESTORE_DAEMON (1u << 0)
+#define FAULTD_RESTORE_LAZY (1u << 1)
+
+struct faultd_restore_opts {
+	size_t size;		/* sizeof(struct faultd_restore_opts) */
+	unsigned int flags;	/* FAULTD_RESTORE_* */
+	const char *socket;	/* the daemon's socket; NULL: the default
+				   ($XDG_RUNTIME_DIR/faultd.sock, else
+				   /run/faultd/faultd.sock) */
+	unsigned int handler_threads; /* 0: the context's default */
+	const char *name;	/* the region's name; NULL: "restore" */
+};
+
+/*
+ * faultd_restore() - a new region of the image's length whose content is
+ * the image's, served lazily: the first access to a page faults and gets
+ * its 64 KiB block from the image, while the rest is read in the
+ * background (unless FAULTD_RESTORE_LAZY). A block whose checksum does not
+ * match is never served: its pages are poisoned (the access gets SIGBUS)
+ * and the error is logged and counted (pager_errors, poisoned). An
+ * incremental image reads its parent from the same directory.
+ * Returns 0 and the region in *regionp, or -EINVAL (NULL, unknown flags,
+ * not an image), -E2BIG, -EPROTONOSUPPORT (an image version or daemon
+ * protocol this library does not speak), -EBADMSG (a corrupt or truncated
+ * image: header or tables), -ESTALE (the parent file is not the image's
+ * parent), -ECONNREFUSED/-ENOENT (no daemon on the socket), an error the
+ * daemon returned for the registration, or those of faultd_region_create().
+ * Context: as faultd_region_create().
+ */
+int faultd_restore(struct faultd_ctx *ctx, const char *path,
+		   const struct faultd_restore_opts *opts,
+		   struct faultd_region **regionp);
+
+/*
+ * faultd_restore_wait() - wait until every page of a restored region is in
+ * (the background population is done, or, through the daemon, the daemon
+ * said so or the library finished in its place).
+ * Returns 0, -EINVAL (NULL, not a restored region), -EDEADLK (from a
+ * handler thread), or -EAGAIN (FAULTD_RESTORE_LAZY: nothing populates it).
+ * Context: any thread but a handler thread.
+ */
+int faultd_restore_wait(struct faultd_region *region);
+
+struct faultd_restore_progress {
+	size_t size;		/* sizeof(struct faultd_restore_progress) */
+	uint64_t pages_total;
+	uint64_t pages_urgent;	   /* filled for faults (with fault-around) */
+	uint64_t pages_background; /* filled ahead of any fault */
+	uint64_t faults;
+	uint64_t p50_ns;	/* fault latency, from reading the fault to
+				   waking the thread */
+	uint64_t p99_ns;
+	int done;		/* every page is in */
+	int daemon;		/* 1: the daemon served (or serves) it */
+	int daemon_died;	/* the library took over after the daemon died */
+};
+
+/*
+ * faultd_restore_progress() - how far a restore is. Through the daemon,
+ * the figures are the daemon's last report (it sends one every 100 ms and
+ * one at the end) plus the library's own after a take-over.
+ * Returns 0, or -EINVAL (NULL, not a restored region, size too small).
+ * Context: any thread.
+ */
+int faultd_restore_progress(struct faultd_region *region,
+			    struct faultd_restore_progress *progress);
 
 #ifdef __cplusplus
 }

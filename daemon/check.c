@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * check.c - what the daemon checks before it serves a registration: that
+ * the descriptor is a userfaultfd, that the ranges are sane, apart, inside
+ * the image, and registered with a userfaultfd in the client for missing
+ * faults (its /proc/PID/smaps says "um"). Each failure has its own reason,
+ * sent back to the client.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+/* Is @fd a userfaultfd? 0, or -EBADF. */
+int check_uffd(int fd)
+{
+	char path[64], target[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, target, sizeof(target) - 1);
+	if (n < 0)
+		return -EBADF;
+	target[n] = 0;
+	return strcmp(target, "anon_inode:[userfaultfd]") ? -EBADF : 0;
+}
+
+static int cmp_start(const void *a, const void *b)
+{
+	const struct proto_range *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int cmp_image(const void *a, const void *b)
+{
+	const struct proto_range *x = a, *y = b;
+
+	return x->image_off < y->image_off ? -1 : x->image_off > y->image_off;
+}
+
+/* Sorted by @cmp, do consecutive ranges overlap in that space? */
+static bool overlaps(struct proto_range *r, uint32_t n,
+		     int (*cmp)(const void *, const void *), bool image)
+{
+	qsort(r, n, sizeof(*r), cmp);
+	for (uint32_t i = 1; i < n; i++) {
+		uint64_t prev = image ? r[i - 1].image_off : r[i - 1].start;
+		uint64_t cur = image ? r[i].image_off : r[i].start;
+
+		if (prev + r[i - 1].len > cur)
+			return true;
+	}
+	return false;
+}
+
+static int range_sane(const struct proto_range *r, uint64_t image_len)
+{
+	if (!r->len || (r->start | r->len | r->image_off) & 4095)
+		return -EINVAL;
+	if (r->start + r->len < r->start)
+		return -EINVAL;
+	if (r->image_off > image_len || r->len > image_len - r->image_off)
+		return -ERANGE;
+	return 0;
+}
+
+/*
+ * Is [start, end) covered by the client's mappings registered for missing
+ * faults? From /proc/PID/smaps: each mapping's header line, then its
+ * VmFlags line ("um": userfaultfd missing).
+ */
+static int covered(FILE *f, uint64_t start, uint64_t end)
+{
+	char line[512];
+	unsigned long lo = 0, hi = 0;
+	uint64_t at = start;
+
+	rewind(f);
+	while (at < end && fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+
+		if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, ' ') &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			lo = a;
+			hi = b;
+			continue;
+		}
+		if (strncmp(line, "VmFlags:", 8) || lo > at || hi <= at)
+			continue;
+		if (!strstr(line, " um"))
+			return -EINVAL;
+		at = hi;
+	}
+	return at >= end ? 0 : -EFAULT;
+}
+
+/*
+ * check_ranges() - the ranges of @m against the image and the client.
+ * Returns 0, or -EINVAL / -ERANGE / -EFAULT / -EACCES with *why.
+ */
+int check_ranges(const struct proto_register *m, const struct image *img,
+		 pid_t pid, const char **why)
+{
+	uint64_t image_len = (img->h.region_len + 4095) & ~4095ull;
+	struct proto_range r[PROTO_MAX_RANGES];
+	char path[64];
+	FILE *f;
+	int ret = 0;
+
+	memcpy(r, m->r, m->nr_ranges * sizeof(r[0]));
+	for (uint32_t i = 0; i < m->nr_ranges; i++) {
+		ret = range_sane(&r[i], image_len);
+		*why = ret == -ERANGE ? "a range reaches past the image's end"
+				      : "a range is empty or not page-aligned";
+		if (ret)
+			return ret;
+	}
+	*why = "ranges overlap";
+	if (overlaps(r, m->nr_ranges, cmp_start, false) ||
+	    overlaps(r, m->nr_ranges, cmp_image, true))
+		return -EINVAL;
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	f = fopen(path, "re");
+	*why = "cannot read the client's mappings";
+	if (!f)
+		return -EACCES;
+	for (uint32_t i = 0; !ret && i < m->nr_ranges; i++) {
+		ret = covered(f, r[i].start, r[i].start + r[i].len);
+		*why = ret == -EFAULT ? "a range is not mapped in the client"
+				      : "a range is not registered for "
+					"missing faults";
+	}
+	fclose(f);
+	return ret;
+}

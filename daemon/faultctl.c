@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * faultctl.c - ask the faultd daemon how it is doing.
+ *
+ *   faultctl [--socket PATH] status [--json]    one report
+ *   faultctl [--socket PATH] watch              a live view, every 200 ms,
+ *                                               until no session is left
+ *
+ * For each session: the client's pid, pages in / total (urgent: filled
+ * for faults; background: pushed), faults, and fault latency p50/p99
+ * (from reading the fault to waking the thread). On a terminal, watch
+ * draws a progress bar per session.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "proto.h"
+
+static const char *sock_path;
+
+/* One STATUS exchange into @st (PROTO_MAX_MSG bytes). 0 or -errno. */
+static int status_get(struct proto_status *st)
+{
+	struct proto_hdr req;
+	struct proto_hello hello;
+	const char *why;
+	static char def[108];
+	ssize_t n;
+	int s, ret;
+
+	if (!sock_path && !(sock_path = proto_default_socket(def, sizeof(def))))
+		return -ENAMETOOLONG;
+	s = proto_connect(sock_path);
+	if (s < 0)
+		return s;
+	ret = proto_hello(s, 0, &hello);
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	if (!ret)
+		ret = proto_send(s, &req, NULL, 0);
+	n = ret ? ret : proto_recv(s, st, PROTO_MAX_MSG, NULL, 0, NULL);
+	close(s);
+	if (n <= 0)
+		return n ? (int)n : -ECONNRESET;
+	ret = proto_check(st, (size_t)n, &why);
+	if (!ret && st->h.type != MSG_STATUS)
+		ret = -EPROTO;
+	return ret;
+}
+
+static double pct(const struct proto_session *s)
+{
+	uint64_t in = s->pages_urgent + s->pages_background;
+
+	return s->pages_total ? 100.0 * (double)in / (double)s->pages_total
+			      : 100.0;
+}
+
+static void print_json(const struct proto_status *st)
+{
+	printf("{\"uptime_ms\":%llu,\"sessions\":[",
+	       (unsigned long long)st->uptime_ms);
+	for (uint32_t i = 0; i < st->nr_sessions; i++) {
+		const struct proto_session *s = &st->s[i];
+
+		printf("%s{\"session\":%llu,\"pid\":%d,\"done\":%s,"
+		       "\"pages_total\":%llu,\"pages_urgent\":%llu,"
+		       "\"pages_background\":%llu,\"faults\":%llu,"
+		       "\"p50_ns\":%llu,\"p99_ns\":%llu,\"age_ms\":%llu}",
+		       i ? "," : "", (unsigned long long)s->session, s->pid,
+		       s->done ? "true" : "false",
+		       (unsigned long long)s->pages_total,
+		       (unsigned long long)s->pages_urgent,
+		       (unsigned long long)s->pages_background,
+		       (unsigned long long)s->faults,
+		       (unsigned long long)s->p50_ns,
+		       (unsigned long long)s->p99_ns,
+		       (unsigned long long)s->age_ms);
+	}
+	printf("]}\n");
+}
+
+static void print_bar(double p)
+{
+	int w = 30, full = (int)(p / 100.0 * w + 0.5);
+
+	printf("[");
+	for (int i = 0; i < w; i++)
+		putchar(i < full ? '#' : '.');
+	printf("]");
+}
+
+static void print_text(const struct proto_status *st, bool bars)
+{
+	printf("faultd: up %.1f s, %u session%s\n",
+	       (double)st->uptime_ms / 1000, st->nr_sessions,
+	       st->nr_sessions == 1 ? "" : "s");
+	for (uint32_t i = 0; i < st->nr_sessions; i++) {
+		const struct proto_session *s = &st->s[i];
+
+		printf("  session %llu pid %d ", (unsigned long long)s->session,
+		       s->pid);
+		if (bars)
+			print_bar(pct(s));
+		printf(" %5.1f%%  %llu/%llu pages (urgent %llu, background "
+		       "%llu), %llu faults, p50 %.1f us, p99 %.1f us\n",
+		       pct(s),
+		       (unsigned long long)(s->pages_urgent +
+					    s->pages_background),
+		       (unsigned long long)s->pages_total,
+		       (unsigned long long)s->pages_urgent,
+		       (unsigned long long)s->pages_background,
+		       (unsigned long long)s->faults, (double)s->p50_ns / 1e3,
+		       (double)s->p99_ns / 1e3);
+	}
+}
+
+static int watch(struct proto_status *st)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	int ret;
+
+	while (!(ret = status_get(st))) {
+		if (tty)
+			printf("\033[H\033[J");
+		print_text(st, tty);
+		fflush(stdout);
+		if (!st->nr_sessions)
+			return 0;
+		usleep(200000);
+	}
+	return ret;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: faultctl [--socket PATH] status [--json]\n"
+		   "       faultctl [--socket PATH] watch\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
+	bool json = false;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "s:jh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': sock_path = optarg; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!st || optind != argc - 1) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[optind], "watch")) {
+		ret = watch(st);
+	} else if (!strcmp(argv[optind], "status")) {
+		ret = status_get(st);
+		if (!ret && json)
+			print_json(st);
+		else if (!ret)
+			print_text(st, false);
+	} else {
+		usage(stderr);
+		return 2;
+	}
+	if (ret < 0)
+		fprintf(stderr, "faultctl: %s\n", strerror(-ret));
+	free(st);
+	return ret < 0 ? 1 : 0;
+}

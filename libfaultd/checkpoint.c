@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * checkpoint.c - writing an image of a region (faultd_checkpoint()); the
+ * format is in image.c.
+ *
+ * The region is read block by block from its own memory, by the calling
+ * thread: pages a pager would produce are faulted in on the way (a region
+ * without a pager or page cache skips blocks with no page present, which
+ * would read as zeros). A block of zeros takes no space; the others are
+ * written with their CRC32C. An incremental image holds only the blocks
+ * with a page written since the last collection of the region's dirty set
+ * (write tracking), and names its parent. A full image of a tracked
+ * region collects that set first, so the next incremental image is
+ * against this one.
+ *
+ * The image goes to a temporary file in the target's directory and is
+ * renamed over the target only when complete: a crash leaves the old image
+ * or the new one, never a mix. With FAULTD_CKPT_SYNC the file and the
+ * directory are fsync'd before it returns.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define CKPT_KNOWN (FAULTD_CKPT_SYNC | FAULTD_CKPT_INCREMENTAL)
+
+/* An image being written. */
+struct ckpt {
+	struct faultd_region *r;
+	size_t len;		/* the region's length */
+	int fd;			/* the temporary file */
+	struct img_header h;
+	struct img_extent *ext;	/* nr_extents used */
+	size_t ext_cap;
+	uint32_t *crcs;		/* nr_blocks used */
+	size_t crcs_cap;
+	uint64_t *dirty;	/* incremental: the pages to write */
+	size_t parent_len;	/* incremental: what the parent covers */
+};
+
+static bool block_is_zero(const char *p, size_t len)
+{
+	const uint64_t *w = (const uint64_t *)p;
+
+	for (size_t i = 0; i < len / 8; i++)
+		if (w[i])
+			return false;
+	return true;
+}
+
+/* Does block @b need writing at all? */
+static bool block_wanted(struct ckpt *c, uint64_t b)
+{
+	size_t ps = c->r->page_size, first = b * IMG_BLOCK / ps;
+	size_t n = (IMG_BLOCK < c->len - b * IMG_BLOCK ? IMG_BLOCK
+						       : c->len - b * IMG_BLOCK) /
+		   ps;
+	uint64_t pm[IMG_BLOCK / 4096];
+
+	if (c->dirty && b * IMG_BLOCK < c->parent_len) {
+		for (size_t i = first; i < first + n; i++)
+			if (c->dirty[i / 64] & (1ull << (i % 64)))
+				return true;
+		return false;
+	}
+	/* Only a plain anonymous zero-fill region's missing pages are
+	 * zeros: the others' come from a pager, a parent or a page cache. */
+	if (c->r->kind != REGION_ANON || c->r->pager || c->r->cow ||
+	    c->r->heap || ps != 4096)
+		return true;
+	if (mem_pagemap(c->r->ctx, c->r->base + b * IMG_BLOCK, n, pm) < 0)
+		return true; /* cannot tell: read it */
+	for (size_t i = 0; i < n; i++)
+		if (pm[i] & (PM_PRESENT | PM_SWAPPED))
+			return true;
+	return false;
+}
+
+/* Extend the last extent with block @b of @kind, or start one. */
+static int extent_add(struct ckpt *c, uint64_t b, uint32_t kind)
+{
+	struct img_extent *e = c->h.nr_extents ? &c->ext[c->h.nr_extents - 1]
+					       : NULL;
+
+	if (e && e->kind == kind &&
+	    e->offset + e->blocks * IMG_BLOCK == b * IMG_BLOCK) {
+		e->blocks++;
+		return 0;
+	}
+	if (c->h.nr_extents == c->ext_cap) {
+		size_t cap = c->ext_cap ? 2 * c->ext_cap : 64;
+		void *p = realloc(c->ext, cap * sizeof(*c->ext));
+
+		if (!p)
+			return -ENOMEM;
+		c->ext = p;
+		c->ext_cap = cap;
+	}
+	c->ext[c->h.nr_extents++] = (struct img_extent){
+		.offset = b * IMG_BLOCK,
+		.blocks = 1,
+		.data_block = kind == IMG_DATA ? c->h.nr_blocks : 0,
+		.kind = kind,
+	};
+	return 0;
+}
+
+/* Append block @b's content (@p, @len bytes, zero-padded) as data. */
+static int data_add(struct ckpt *c, uint64_t b, const char *p, size_t len,
+		    char *pad)
+{
+	const char *src = p;
+	int ret;
+
+	if (len < IMG_BLOCK) { /* the region's last, short block */
+		memcpy(pad, p, len);
+		memset(pad + len, 0, IMG_BLOCK - len);
+		src = pad;
+	}
+	if (c->h.nr_blocks == c->crcs_cap) {
+		size_t cap = c->crcs_cap ? 2 * c->crcs_cap : 256;
+		void *q = realloc(c->crcs, cap * sizeof(*c->crcs));
+
+		if (!q)
+			return -ENOMEM;
+		c->crcs = q;
+		c->crcs_cap = cap;
+	}
+	ret = extent_add(c, b, IMG_DATA);
+	if (ret < 0)
+		return ret;
+	errno = EIO; /* what a short write reports */
+	if (pwrite(c->fd, src, IMG_BLOCK,
+		   (off_t)(IMG_BLOCK + c->h.nr_blocks * IMG_BLOCK)) !=
+	    (ssize_t)IMG_BLOCK)
+		return -errno;
+	c->crcs[c->h.nr_blocks++] = crc32c(0, src, IMG_BLOCK);
+	return 0;
+}
+
+/* Every wanted block of the region, in order. */
+static int blocks_write(struct ckpt *c)
+{
+	uint64_t nb = (c->len + IMG_BLOCK - 1) / IMG_BLOCK;
+	char *pad = malloc(IMG_BLOCK);
+	int ret = pad ? 0 : -ENOMEM;
+
+	for (uint64_t b = 0; !ret && b < nb; b++) {
+		const char *p = (const char *)c->r->base + b * IMG_BLOCK;
+		size_t l = c->len - b * IMG_BLOCK < IMG_BLOCK
+				   ? c->len - b * IMG_BLOCK
+				   : IMG_BLOCK;
+
+		if (!block_wanted(c, b))
+			continue;
+		if (block_is_zero(p, l))
+			ret = extent_add(c, b, IMG_ZERO);
+		else
+			ret = data_add(c, b, p, l, pad);
+	}
+	free(pad);
+	return ret;
+}
+
+/* The tables after the data, then the header that makes them valid. */
+static int tables_write(struct ckpt *c)
+{
+	size_t elen = c->h.nr_extents * sizeof(*c->ext);
+	size_t clen = c->h.nr_blocks * sizeof(*c->crcs);
+	struct img_header *h = &c->h;
+	char *hdr;
+	int ret = 0;
+
+	h->data_off = IMG_BLOCK;
+	h->extents_off = h->data_off + h->nr_blocks * IMG_BLOCK;
+	h->crcs_off = h->extents_off + elen;
+	h->extents_crc = crc32c(0, c->ext, elen);
+	h->crcs_crc = crc32c(0, c->crcs, clen);
+	h->header_crc = 0;
+	h->header_crc = crc32c(0, h, sizeof(*h));
+	hdr = calloc(1, 4096);
+	if (!hdr)
+		return -ENOMEM;
+	memcpy(hdr, h, sizeof(*h));
+	errno = EIO; /* what a short write reports */
+	/* The file reaches the end of its tables, also when they are empty. */
+	if (ftruncate(c->fd, (off_t)(h->crcs_off + clen)) < 0 ||
+	    pwrite(c->fd, c->ext, elen, (off_t)h->extents_off) != (ssize_t)elen ||
+	    pwrite(c->fd, c->crcs, clen, (off_t)h->crcs_off) != (ssize_t)clen ||
+	    pwrite(c->fd, hdr, 4096, 0) != 4096)
+		ret = -errno;
+	free(hdr);
+	return ret;
+}
+
+/*
+ * An incremental image: the parent's identity, and the pages written since
+ * the region's dirty set was last collected.
+ */
+static int ckpt_parent(struct ckpt *c, const char *parent)
+{
+	struct image *p;
+	char name[PATH_MAX];
+	int fd, ret;
+
+	fd = open(parent, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = image_open(fd, parent, &p);
+	close(fd);
+	if (ret < 0)
+		return ret;
+	snprintf(name, sizeof(name), "%s", parent);
+	ret = snprintf(c->h.parent, sizeof(c->h.parent), "%s",
+		       basename(name)) >= (int)sizeof(c->h.parent)
+		      ? -ENAMETOOLONG
+		      : 0;
+	memcpy(c->h.parent_id, p->h.id, sizeof(c->h.parent_id));
+	c->parent_len = p->h.region_len;
+	c->h.flags |= IMG_INCREMENTAL;
+	image_close(p);
+	return ret;
+}
+
+/* Collect (and re-arm) the dirty set; keep it for an incremental image. */
+static int ckpt_collect(struct ckpt *c, bool keep)
+{
+	struct faultd_region *r = c->r;
+	uint64_t *bm = calloc((c->len / r->page_size + 63) / 64, 8);
+	ssize_t n;
+
+	if (!bm)
+		return -ENOMEM;
+	pthread_rwlock_rdlock(&r->lock);
+	n = dirty_collect(r, 0, c->len, bm);
+	pthread_rwlock_unlock(&r->lock);
+	if (n < 0 || !keep) {
+		free(bm);
+		return n < 0 ? (int)n : 0;
+	}
+	c->dirty = bm;
+	return 0;
+}
+
+static int ckpt_begin(struct ckpt *c, const char *path, char *tmp)
+{
+	if (snprintf(tmp, PATH_MAX, "%s.XXXXXX", path) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	c->fd = mkostemp(tmp, O_CLOEXEC);
+	if (c->fd < 0)
+		return -errno;
+	memcpy(c->h.magic, IMG_MAGIC, sizeof(c->h.magic));
+	c->h.version = IMG_VERSION;
+	c->h.header_size = sizeof(c->h);
+	c->h.page_size = 4096;
+	c->h.block_size = IMG_BLOCK;
+	c->h.region_len = c->len;
+	c->h.base_addr = c->r->base;
+	if (getrandom(c->h.id, sizeof(c->h.id), 0) != sizeof(c->h.id))
+		return -errno ? -errno : -EIO;
+	return 0;
+}
+
+/* Make the image durable and visible under @path. */
+static int ckpt_commit(struct ckpt *c, const char *path, const char *tmp,
+		       bool sync)
+{
+	char dir[PATH_MAX];
+	int dfd, ret = 0;
+
+	if (sync && fsync(c->fd) < 0)
+		return -errno;
+	if (rename(tmp, path) < 0)
+		return -errno;
+	if (!sync)
+		return 0;
+	snprintf(dir, sizeof(dir), "%s", path);
+	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) < 0)
+		ret = -errno;
+	if (dfd >= 0)
+		close(dfd);
+	return ret;
+}
+
+/*
+ * A region whose pager writes back owns its dirty set: a page taken by a
+ * checkpoint would no longer be written back by sync or eviction.
+ */
+static bool ckpt_dirty_is_writebacks(const struct faultd_region *r)
+{
+	struct pager_ref *p = r->cache ? r->cache->pager : r->pager;
+
+	return p && p->p.writeback;
+}
+
+static int ckpt_check(struct faultd_region *r, const char *path,
+		      const struct faultd_checkpoint_opts *o)
+{
+	if (!r || !path || !*path || (o->flags & ~CKPT_KNOWN))
+		return -EINVAL;
+	if (!!(o->flags & FAULTD_CKPT_INCREMENTAL) != !!o->parent)
+		return -EINVAL;
+	if ((o->flags & FAULTD_CKPT_INCREMENTAL) &&
+	    (r->wp_mode == WP_NONE || ckpt_dirty_is_writebacks(r)))
+		return -EOPNOTSUPP; /* nothing says what changed */
+	if (r->page_size != 4096 || r->sig_slot >= 0)
+		return -EOPNOTSUPP;
+	return in_handler_of(r->ctx) ? -EDEADLK : 0;
+}
+
+FAULTD_EXPORT int faultd_checkpoint(struct faultd_region *r, const char *path,
+				    const struct faultd_checkpoint_opts *opts)
+{
+	struct faultd_checkpoint_opts o = { .size = sizeof(o) };
+	struct ckpt c = { .r = r, .fd = -1 };
+	char tmp[PATH_MAX];
+	int ret = 0;
+
+	if (opts)
+		ret = opts_copy(&o, sizeof(o), opts,
+				offsetof(struct faultd_checkpoint_opts, flags) +
+					sizeof(o.flags));
+	if (!ret)
+		ret = ckpt_check(r, path, &o);
+	if (ret < 0)
+		return ret;
+	c.len = atomic_load(&r->len);
+	tmp[0] = 0;
+	ret = ckpt_begin(&c, path, tmp);
+	if (!ret && o.parent)
+		ret = ckpt_parent(&c, o.parent);
+	if (!ret && r->wp_mode != WP_NONE && !ckpt_dirty_is_writebacks(r))
+		ret = ckpt_collect(&c, o.parent != NULL);
+	if (!ret)
+		ret = blocks_write(&c);
+	if (!ret)
+		ret = tables_write(&c);
+	if (!ret)
+		ret = ckpt_commit(&c, path, tmp, o.flags & FAULTD_CKPT_SYNC);
+	if (ret < 0 && tmp[0] && c.fd >= 0)
+		unlink(tmp);
+	if (c.fd >= 0)
+		close(c.fd);
+	free(c.ext);
+	free(c.crcs);
+	free(c.dirty);
+	return ret;
+}

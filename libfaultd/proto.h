@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * proto.h - the protocol between the library (or faultctl) and the faultd
+ * daemon, on a SOCK_SEQPACKET Unix socket: one message per packet, each
+ * starting with struct proto_hdr. Host byte order (a local socket).
+ *
+ *   client                                   daemon
+ *   HELLO {versions, features}          ->
+ *                                       <-   HELLO {version, features}
+ *   REGISTER {ranges} + [uffd, image]   ->   (SCM_RIGHTS, exactly two fds)
+ *                                       <-   ACK {session, pages} | ERROR
+ *   PREFETCH {range}, STATS             ->
+ *                                       <-   PROGRESS ..., DONE
+ *
+ *   faultctl: HELLO, then STATUS        ->
+ *                                       <-   STATUS {sessions}
+ *
+ * Every message is checked against its type's exact length (REGISTER:
+ * header + nr_ranges ranges) before it is used; anything else gets an
+ * ERROR naming what was wrong, and the connection is closed. A message may
+ * carry file descriptors only where the protocol says so; others are
+ * closed on receipt.
+ */
+#ifndef FAULTD_PROTO_H
+#define FAULTD_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PROTO_MAGIC 0x31504446u /* "FDP1" */
+#define PROTO_VERSION 1
+#define PROTO_MAX_MSG 65536
+#define PROTO_MAX_RANGES 256
+
+/* Features a side may offer in HELLO. */
+#define PROTO_F_PREFETCH (1ull << 0)
+#define PROTO_F_PROGRESS (1ull << 1)
+#define PROTO_FEATURES (PROTO_F_PREFETCH | PROTO_F_PROGRESS)
+
+enum proto_type {
+	MSG_HELLO = 1,	/* both ways: struct proto_hello */
+	MSG_REGISTER,	/* client: struct proto_register; fds uffd, image */
+	MSG_ACK,	/* daemon: struct proto_ack */
+	MSG_ERROR,	/* daemon: struct proto_error; then it closes */
+	MSG_PREFETCH,	/* client: struct proto_range, pushed next */
+	MSG_STATS,	/* client: header only; answered by PROGRESS */
+	MSG_PROGRESS,	/* daemon: struct proto_progress */
+	MSG_DONE,	/* daemon: struct proto_progress; every page is in */
+	MSG_STATUS,	/* faultctl: header only; daemon: struct proto_status */
+	MSG_TYPE_MAX,
+};
+
+struct proto_hdr {
+	uint32_t magic;		/* PROTO_MAGIC */
+	uint16_t version;	/* PROTO_VERSION */
+	uint16_t type;		/* enum proto_type */
+	uint32_t len;		/* of the whole message */
+	uint32_t reserved;
+};
+
+struct proto_hello {
+	struct proto_hdr h;
+	uint32_t min_version;	/* what the sender speaks */
+	uint32_t max_version;
+	uint64_t features;	/* PROTO_F_* */
+};
+
+/* [start, start + len) of the client is [image_off, ..) of the image. */
+struct proto_range {
+	uint64_t start;
+	uint64_t len;
+	uint64_t image_off;
+};
+
+struct proto_register {
+	struct proto_hdr h;
+	uint64_t uffd_features;	/* UFFD_FEATURE_* enabled on the uffd */
+	uint32_t nr_ranges;	/* 1..PROTO_MAX_RANGES */
+	uint32_t flags;		/* none yet: 0 */
+	struct proto_range r[];
+};
+
+struct proto_ack {
+	struct proto_hdr h;
+	uint64_t session;
+	uint64_t pages_total;
+};
+
+struct proto_error {
+	struct proto_hdr h;
+	int32_t err;		/* a negative errno */
+	uint32_t reserved;
+	char msg[192];		/* NUL-terminated */
+};
+
+struct proto_progress {
+	struct proto_hdr h;
+	uint64_t pages_total;
+	uint64_t pages_urgent;	/* served for faults */
+	uint64_t pages_background;
+	uint64_t faults;
+	uint64_t p50_ns;	/* fault: message read to wake */
+	uint64_t p99_ns;
+};
+
+struct proto_session {
+	uint64_t session;
+	int32_t pid;
+	uint32_t done;		/* every page is in */
+	uint64_t pages_total;
+	uint64_t pages_urgent;
+	uint64_t pages_background;
+	uint64_t faults;
+	uint64_t p50_ns;
+	uint64_t p99_ns;
+	uint64_t age_ms;
+};
+
+#define PROTO_MAX_SESSIONS                                                     \
+	((PROTO_MAX_MSG - sizeof(struct proto_status)) /                       \
+	 sizeof(struct proto_session))
+
+struct proto_status {
+	struct proto_hdr h;
+	uint64_t uptime_ms;
+	uint32_t nr_sessions;
+	uint32_t reserved;
+	struct proto_session s[];
+};
+
+/* proto.c */
+void proto_init(struct proto_hdr *h, enum proto_type type, size_t len);
+int proto_send(int sock, const void *msg, const int *fds, unsigned int nfds);
+ssize_t proto_recv(int sock, void *buf, size_t max, int *fds,
+		   unsigned int max_fds, unsigned int *nfds);
+int proto_check(const void *buf, size_t n, const char **why);
+int proto_connect(const char *path);
+const char *proto_default_socket(char *buf, size_t len);
+int proto_hello(int sock, uint64_t features, struct proto_hello *reply);
+void proto_error_send(int sock, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif /* FAULTD_PROTO_H */

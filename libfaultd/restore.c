@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * restore.c - faultd_restore(): a region served from an image, by the
+ * library itself or by the faultd daemon.
+ *
+ * Locally, the region is an ordinary one whose pager reads the image
+ * (image.c) a 64 KiB block per fault, and whose pages are prefetched in
+ * the background by the context's prefetch workers.
+ *
+ * Through the daemon, the region is created with its handler threads not
+ * started (a deferred group) and its userfaultfd and the image are sent to
+ * the daemon, which serves the faults and pushes the rest. The library
+ * keeps its own reference to the userfaultfd, so if the daemon dies the
+ * region's registration survives and its faults wait. A watcher thread
+ * reads the socket: on DONE (every page is in) or on the end of the
+ * connection (the daemon died), it starts the region's own handler threads
+ * - the image pager is still there - and wakes the whole range, since a
+ * dead daemon may have read faults it never answered. From then on the
+ * region is served like a local one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <urcu/futex.h>
+
+#include "internal.h"
+#include "proto.h"
+
+#define RESTORE_KNOWN (FAULTD_RESTORE_DAEMON | FAULTD_RESTORE_LAZY)
+
+struct restore {
+	struct image *img;	/* owned by the pager (release) */
+	unsigned int flags;
+	int sock;		/* daemon mode: the connection; else -1 */
+	pthread_t watcher;
+	bool watching;
+	atomic_bool closing;	/* destroy: the watcher must not take over */
+	int32_t done;		/* futex: every page is in, or the library
+				   took over (then see taken_over) */
+	bool taken_over;	/* after the daemon died: the rest is the
+				   prefetch workers' (unless LAZY) */
+	pthread_mutex_t lock;	/* progress */
+	struct proto_progress progress;
+	bool daemon_died;
+};
+
+/* ------------------------------------------------------------------------
+ * The image pager.
+ */
+
+static ssize_t image_fill(void *arg, struct faultd_region *r, uint64_t off,
+			  void *buf, size_t len)
+{
+	(void)r;
+	return image_read(arg, off, buf, len);
+}
+
+static void image_release(void *arg)
+{
+	image_close(arg);
+}
+
+static int restore_image(const char *path, struct image **imgp)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = image_open(fd, path, imgp);
+	close(fd);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * The daemon's side of a restore.
+ */
+
+static void restore_done(struct restore *rs)
+{
+	__atomic_store_n(&rs->done, 1, __ATOMIC_RELEASE);
+	futex_noasync(&rs->done, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/*
+ * The daemon is gone or finished: serve the region here from now on, and
+ * wake every thread asleep on it (the daemon may have read their faults).
+ */
+static void restore_take_over(struct faultd_region *r, bool died)
+{
+	struct restore *rs = r->rs;
+	int ret = group_start_deferred(r->group);
+
+	if (ret < 0)
+		fd_err(r->ctx, "%s: cannot start handlers to take over from "
+			       "the daemon: %s", r->name, strerror(-ret));
+	if (died)
+		fd_warn(r->ctx, "%s: the daemon went away: serving the region "
+				"in this process", r->name);
+	rs->daemon_died = died;
+	uffd_wake(r->group->uffd, r->base, atomic_load(&r->len));
+	/* What the daemon did not push yet, the library fills now. */
+	if (died && faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0)
+		fd_warn(r->ctx, "%s: no background population after the "
+				"daemon died: pages come in when touched",
+			r->name);
+	rs->taken_over = died;
+	restore_done(rs);
+}
+
+static void *restore_watch(void *arg)
+{
+	struct faultd_region *r = arg;
+	struct restore *rs = r->rs;
+	struct proto_progress p;
+	const char *why;
+	ssize_t n;
+
+	for (;;) {
+		n = proto_recv(rs->sock, &p, sizeof(p), NULL, 0, NULL);
+		if (atomic_load(&rs->closing))
+			return NULL;
+		if (n <= 0 || proto_check(&p, (size_t)n, &why) < 0 ||
+		    (p.h.type != MSG_PROGRESS && p.h.type != MSG_DONE))
+			break;
+		pthread_mutex_lock(&rs->lock);
+		rs->progress = p;
+		pthread_mutex_unlock(&rs->lock);
+		if (p.h.type == MSG_DONE) {
+			/* The daemon serves until we close: then we do. */
+			shutdown(rs->sock, SHUT_RDWR);
+			restore_take_over(r, false);
+			return NULL;
+		}
+	}
+	restore_take_over(r, true);
+	return NULL;
+}
+
+/* REGISTER the region's range, with its uffd and the image. */
+static int restore_register(struct faultd_region *r, int sock)
+{
+	struct {
+		struct proto_register reg;
+		struct proto_range range;
+	} m = { .range = { r->base, atomic_load(&r->len), 0 } };
+	union {
+		struct proto_ack ack;
+		struct proto_error err;
+	} u;
+	int fds[2] = { r->group->uffd, r->rs->img->fd };
+	const char *why;
+	ssize_t n;
+	int ret;
+
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
+	m.reg.uffd_features = r->group->features;
+	m.reg.nr_ranges = 1;
+	ret = proto_send(sock, &m, fds, 2);
+	if (ret < 0)
+		return ret;
+	n = proto_recv(sock, &u, sizeof(u), NULL, 0, NULL);
+	if (n <= 0)
+		return n ? (int)n : -ECONNRESET;
+	ret = proto_check(&u, (size_t)n, &why);
+	if (ret < 0)
+		return ret;
+	if (u.ack.h.type == MSG_ERROR) {
+		fd_err(r->ctx, "%s: the daemon refused the restore: %.*s",
+		       r->name, (int)sizeof(u.err.msg), u.err.msg);
+		return u.err.err < 0 ? u.err.err : -EPROTO;
+	}
+	return u.ack.h.type == MSG_ACK ? 0 : -EPROTO;
+}
+
+static int restore_connect(struct faultd_region *r, const char *path)
+{
+	struct restore *rs = r->rs;
+	struct proto_hello hello;
+	char buf[108];
+	int ret;
+
+	if (!path && !(path = proto_default_socket(buf, sizeof(buf))))
+		return -ENAMETOOLONG;
+	rs->sock = proto_connect(path);
+	if (rs->sock < 0)
+		return rs->sock;
+	ret = proto_hello(rs->sock, PROTO_FEATURES, &hello);
+	if (!ret)
+		ret = restore_register(r, rs->sock);
+	if (!ret)
+		ret = thread_start(&rs->watcher, restore_watch, r,
+				   "faultd-restore");
+	rs->watching = !ret;
+	return ret;
+}
+
+/*
+ * restore_stop() - before the region is destroyed: end the connection and
+ * the watcher without a take-over.
+ */
+void restore_stop(struct faultd_region *r)
+{
+	struct restore *rs = r->rs;
+
+	if (!rs || !rs->watching)
+		return;
+	atomic_store(&rs->closing, true);
+	shutdown(rs->sock, SHUT_RDWR);
+	pthread_join(rs->watcher, NULL);
+	rs->watching = false;
+}
+
+void restore_free(struct faultd_region *r)
+{
+	struct restore *rs = r->rs;
+
+	if (!rs)
+		return;
+	restore_stop(r);
+	if (rs->sock >= 0)
+		close(rs->sock);
+	pthread_mutex_destroy(&rs->lock);
+	free(rs);
+	r->rs = NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * The API.
+ */
+
+/* The region that serves @img: its pager reads it, a block per fault. */
+static int restore_region(struct faultd_ctx *ctx, struct image *img,
+			  const struct faultd_restore_opts *o,
+			  struct faultd_region **rp)
+{
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_CONCURRENT,
+				  .fill = image_fill,
+				  .release = image_release,
+				  .arg = img };
+	struct faultd_region_opts ro = {
+		.size = sizeof(ro),
+		.length = (img->h.region_len + 4095) & ~4095ull,
+		.handler_threads = o->handler_threads,
+		.name = o->name ? o->name : "restore",
+		.fault_around = IMG_BLOCK,
+		.readahead_max = FAULTD_READAHEAD_OFF,
+	};
+	struct region_init init = { .kind = REGION_ANON, .memfd = -1,
+				    .deferred = o->flags & FAULTD_RESTORE_DAEMON };
+
+	init.pager = pager_ref_new(&p);
+	if (!init.pager) {
+		image_close(img);
+		return -ENOMEM;
+	}
+	ro.pager = &p;
+	return region_create(ctx, &ro, &init, rp);
+}
+
+static int restore_start(struct faultd_region *r,
+			 const struct faultd_restore_opts *o)
+{
+	if (o->flags & FAULTD_RESTORE_DAEMON)
+		return restore_connect(r, o->socket);
+	if (o->flags & FAULTD_RESTORE_LAZY)
+		return 0;
+	/* Without it the region is still served, lazily: say so, go on. */
+	if (faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0) {
+		fd_warn(r->ctx, "%s: no background population: pages come "
+				"in when touched", r->name);
+		r->rs->flags |= FAULTD_RESTORE_LAZY;
+	}
+	return 0;
+}
+
+FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
+				 const struct faultd_restore_opts *opts,
+				 struct faultd_region **regionp)
+{
+	struct faultd_restore_opts o = { .size = sizeof(o) };
+	struct faultd_region *r;
+	struct image *img;
+	int ret = 0;
+
+	if (!ctx || !path || !regionp)
+		return -EINVAL;
+	if (opts)
+		ret = opts_copy(&o, sizeof(o), opts,
+				offsetof(struct faultd_restore_opts, flags) +
+					sizeof(o.flags));
+	/* Through the daemon, it populates the region: LAZY has no say. */
+	if (!ret && ((o.flags & ~RESTORE_KNOWN) ||
+		     (o.flags & RESTORE_KNOWN) == RESTORE_KNOWN))
+		ret = -EINVAL;
+	if (!ret && in_handler_of(ctx))
+		ret = -EDEADLK;
+	if (!ret)
+		ret = restore_image(path, &img);
+	if (ret < 0)
+		return ret;
+	if (img->parent && (o.flags & FAULTD_RESTORE_DAEMON)) {
+		image_close(img); /* the daemon serves full images only */
+		return -EOPNOTSUPP;
+	}
+	ret = restore_region(ctx, img, &o, &r); /* the pager owns img now */
+	if (ret < 0)
+		return ret;
+	r->rs = calloc(1, sizeof(*r->rs));
+	if (!r->rs) {
+		faultd_region_destroy(r);
+		return -ENOMEM;
+	}
+	r->rs->img = img;
+	r->rs->flags = o.flags;
+	r->rs->sock = -1;
+	pthread_mutex_init(&r->rs->lock, NULL);
+	ret = restore_start(r, &o);
+	if (ret < 0) {
+		faultd_region_destroy(r);
+		return ret;
+	}
+	*regionp = r;
+	return 0;
+}
+
+FAULTD_EXPORT int faultd_restore_progress(struct faultd_region *r,
+					 struct faultd_restore_progress *out)
+{
+	struct faultd_restore_progress p = { .size = sizeof(p) };
+	struct restore *rs = r ? r->rs : NULL;
+	struct faultd_stats s = { .size = sizeof(s) };
+
+	if (!rs || !out || out->size < offsetof(struct faultd_restore_progress,
+						pages_total) + 8)
+		return -EINVAL;
+	faultd_region_stats(r, &s);
+	p.pages_total = atomic_load(&r->len) / r->page_size;
+	p.pages_urgent = s.pager_fills + s.around;
+	p.pages_background = s.readahead;
+	p.faults = s.faults;
+	p.p50_ns = faultd_stats_latency(&s, 50);
+	p.p99_ns = faultd_stats_latency(&s, 99);
+	p.daemon = !!(rs->flags & FAULTD_RESTORE_DAEMON);
+	pthread_mutex_lock(&rs->lock);
+	if (p.daemon) {
+		p.pages_urgent += rs->progress.pages_urgent;
+		p.pages_background += rs->progress.pages_background;
+		p.faults += rs->progress.faults;
+		if (!s.faults) {
+			p.p50_ns = rs->progress.p50_ns;
+			p.p99_ns = rs->progress.p99_ns;
+		}
+	}
+	p.daemon_died = rs->daemon_died;
+	pthread_mutex_unlock(&rs->lock);
+	p.done = p.daemon ? __atomic_load_n(&rs->done, __ATOMIC_ACQUIRE) &&
+				    (!rs->taken_over ||
+				     !atomic_load(&r->pf_pending))
+			  : !atomic_load(&r->pf_pending) &&
+				    !(rs->flags & FAULTD_RESTORE_LAZY);
+	memcpy(out, &p, out->size < sizeof(p) ? out->size : sizeof(p));
+	out->size = out->size < sizeof(p) ? out->size : sizeof(p);
+	return 0;
+}
+
+FAULTD_EXPORT int faultd_restore_wait(struct faultd_region *r)
+{
+	struct restore *rs = r ? r->rs : NULL;
+
+	if (!rs)
+		return -EINVAL;
+	if (in_handler_of(r->ctx))
+		return -EDEADLK;
+	if (!(rs->flags & FAULTD_RESTORE_DAEMON)) {
+		if (rs->flags & FAULTD_RESTORE_LAZY)
+			return -EAGAIN;
+		return faultd_region_prefetch_wait(r);
+	}
+	while (!__atomic_load_n(&rs->done, __ATOMIC_ACQUIRE))
+		futex_noasync(&rs->done, FUTEX_WAIT, 0, NULL, NULL, 0);
+	return rs->taken_over ? faultd_region_prefetch_wait(r) : 0;
+}

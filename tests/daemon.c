@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * daemon.c - the faultd daemon end to end: several clients restoring at
+ * once, the daemon killed mid-restore (the client finishes alone), a
+ * client killed mid-restore (the others go on), events from a client that
+ * forks, mremaps, MADV_DONTNEEDs and munmaps during its restore, and every
+ * kind of malformed registration refused with its own error while the
+ * daemon stays up. Every byte a client reads is checked.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include "helpers.h"
+#include "internal.h"
+#include "proto.h"
+
+#define TAG 0xdae
+
+static char dir[] = "/var/tmp/faultd-daemon-XXXXXX";
+static char sock[256];
+static pid_t daemon_pid;
+
+static const char *path_of(const char *name)
+{
+	char *p;
+
+	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+/* Start the daemon and wait (with a deadline) until it accepts. */
+static pid_t daemon_start(void)
+{
+	const char *exe = getenv("FAULTD_DAEMON");
+	uint64_t end = test_now_ns() + 5000000000ull;
+	pid_t pid;
+	int s;
+
+	cr_assert(exe, "FAULTD_DAEMON not set (run through meson test)");
+	pid = fork();
+	if (pid == 0) {
+		/* A test that dies must not leave its daemon behind. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(exe, exe, "--socket", sock, (char *)NULL);
+		_exit(127);
+	}
+	while ((s = proto_connect(sock)) < 0) {
+		cr_assert(test_now_ns() < end, "the daemon did not come up");
+		sched_yield();
+	}
+	close(s);
+	return pid;
+}
+
+static void daemon_kill(pid_t pid, int sig)
+{
+	int status;
+
+	kill(pid, sig);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+}
+
+static bool daemon_alive(void)
+{
+	struct proto_hello h;
+	int s = proto_connect(sock);
+	int ret = s < 0 ? s : proto_hello(s, 0, &h);
+
+	if (s >= 0)
+		close(s);
+	return ret == 0;
+}
+
+static void setup(void)
+{
+	cr_assert(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/faultd.sock", dir);
+	daemon_pid = daemon_start();
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	if (daemon_pid > 0)
+		daemon_kill(daemon_pid, SIGTERM);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 240);
+
+/* An image of @len bytes of pattern(@tag). */
+static const char *make_image(const char *name, size_t len, uint64_t tag)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_region_opts o = { .size = sizeof(o), .length = len };
+	struct faultd_region *r;
+	const char *path = path_of(name);
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	pattern_fill(tag, 0, faultd_region_base(r), len);
+	cr_assert_eq(faultd_checkpoint(r, path, NULL), 0);
+	faultd_ctx_destroy(ctx);
+	return path;
+}
+
+/* ------------------------------------------------------------------------
+ * Clients that use the library
+ */
+
+struct client {
+	const char *image;
+	size_t len;
+	uint64_t tag;
+	bool kill_daemon;	/* kill -9 it after the first access */
+	bool stop_half_way;	/* exit after reading half */
+};
+
+/* Exit 0: every byte right. */
+static void client_main(void *arg)
+{
+	const struct client *c = arg;
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON,
+					 .socket = sock };
+	struct faultd_restore_progress p = { .size = sizeof(p) };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	char *base;
+
+	if (faultd_ctx_create(NULL, &ctx) || faultd_restore(ctx, c->image, &o, &r))
+		_exit(10);
+	base = faultd_region_base(r);
+	if (pattern_check(c->tag, 0, base, 4096))
+		_exit(11);
+	if (c->kill_daemon) {
+		faultd_restore_progress(r, &p);
+		if (p.done)
+			_exit(12); /* too late to test anything */
+		kill(daemon_pid, SIGKILL);
+	}
+	if (c->stop_half_way) {
+		(void)pattern_check(c->tag, 0, base, c->len / 2);
+		_exit(0);
+	}
+	if (pattern_check(c->tag, 0, base, c->len))
+		_exit(13);
+	if (faultd_restore_wait(r) || faultd_restore_progress(r, &p))
+		_exit(14);
+	if (!p.done || p.daemon_died != c->kill_daemon)
+		_exit(15);
+	faultd_ctx_destroy(ctx);
+	_exit(0);
+}
+
+static pid_t client_start(struct client *c)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		client_main(c);
+	cr_assert(pid > 0);
+	return pid;
+}
+
+static int client_wait(pid_t pid)
+{
+	int status;
+
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+Test(daemon, several_clients_at_once)
+{
+	struct client c[4];
+	pid_t pid[4];
+
+	for (int i = 0; i < 4; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "img%d", i);
+		c[i] = (struct client){ make_image(name, (16 + 8 * i) * MIB,
+						   TAG + i),
+					(16 + 8 * i) * MIB, TAG + i };
+	}
+	for (int i = 0; i < 4; i++)
+		pid[i] = client_start(&c[i]);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(client_wait(pid[i]), 0, "client %d", i);
+	cr_assert(daemon_alive());
+}
+
+Test(daemon, daemon_killed_mid_restore)
+{
+	struct client c = { make_image("big", 512 * MIB, TAG), 512 * MIB, TAG,
+			    .kill_daemon = true };
+
+	cr_assert_eq(client_wait(client_start(&c)), 0);
+	daemon_pid = daemon_start(); /* for teardown */
+}
+
+Test(daemon, client_killed_mid_restore)
+{
+	struct client dying = { make_image("a", 256 * MIB, TAG), 256 * MIB,
+				TAG, .stop_half_way = true };
+	struct client other = { make_image("b", 64 * MIB, TAG + 1), 64 * MIB,
+				TAG + 1 };
+	pid_t a = client_start(&dying), b = client_start(&other);
+
+	cr_assert_eq(client_wait(a), 0);
+	cr_assert_eq(client_wait(b), 0);
+	cr_assert(daemon_alive());
+	/* And a new client is served after both. */
+	cr_assert_eq(client_wait(client_start(&other)), 0);
+}
+
+/* ------------------------------------------------------------------------
+ * A raw client: its own mapping and userfaultfd, the protocol by hand
+ */
+
+struct raw {
+	int uffd, sock, image;
+	char *base;
+	size_t len;
+};
+
+static int raw_uffd(uint64_t features)
+{
+	struct uffdio_api api = { .api = UFFD_API, .features = features };
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(ioctl(fd, UFFDIO_API, &api), 0);
+	return fd;
+}
+
+static struct raw raw_client(const char *image, size_t len, uint64_t features)
+{
+	struct raw c = { .len = len };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	struct proto_hello h;
+
+	c.base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert(c.base != MAP_FAILED);
+	c.uffd = raw_uffd(features);
+	reg.range.start = (uintptr_t)c.base;
+	reg.range.len = len;
+	cr_assert_eq(ioctl(c.uffd, UFFDIO_REGISTER, &reg), 0);
+	c.image = open(image, O_RDONLY | O_CLOEXEC);
+	cr_assert(c.image >= 0);
+	c.sock = proto_connect(sock);
+	cr_assert(c.sock >= 0);
+	cr_assert_eq(proto_hello(c.sock, PROTO_FEATURES, &h), 0);
+	return c;
+}
+
+struct reg_msg {
+	struct proto_register reg;
+	struct proto_range r[2];
+};
+
+/* Send REGISTER with @n ranges and @fds; the reply's error (0: ACK). */
+static int raw_register(struct raw *c, const struct proto_range *r,
+			unsigned int n, const int *fds, unsigned int nfds)
+{
+	struct reg_msg m = { 0 };
+	union {
+		struct proto_hdr h;
+		struct proto_ack ack;
+		struct proto_error err;
+	} u;
+	const char *why;
+	ssize_t len;
+
+	proto_init(&m.reg.h, MSG_REGISTER,
+		   sizeof(m.reg) + n * sizeof(m.r[0]));
+	m.reg.nr_ranges = n;
+	memcpy(m.r, r, n * sizeof(*r));
+	cr_assert_eq(proto_send(c->sock, &m, fds, nfds), 0);
+	len = proto_recv(c->sock, &u, sizeof(u), NULL, 0, NULL);
+	cr_assert_gt(len, 0);
+	cr_assert_eq(proto_check(&u, (size_t)len, &why), 0);
+	return u.h.type == MSG_ACK ? 0 : u.err.err;
+}
+
+static void raw_close(struct raw *c)
+{
+	close(c->sock);
+	close(c->uffd);
+	close(c->image);
+	munmap(c->base, c->len);
+}
+
+/* The error the daemon answers a raw message @m (of @n bytes) with. */
+static int reply_to(const void *m, size_t n)
+{
+	struct raw c = raw_client(make_image("tiny", MIB, TAG), MIB, 0);
+	union {
+		struct proto_hdr h;
+		struct proto_error err;
+	} u;
+	const char *why;
+	ssize_t len;
+
+	cr_assert_eq(send(c.sock, m, n, MSG_NOSIGNAL), (ssize_t)n);
+	len = proto_recv(c.sock, &u, sizeof(u), NULL, 0, NULL);
+	cr_assert_gt(len, 0);
+	cr_assert_eq(proto_check(&u, (size_t)len, &why), 0);
+	cr_assert_eq(u.h.type, MSG_ERROR);
+	/* ... and the connection is closed after it. */
+	cr_assert_eq(proto_recv(c.sock, &u, sizeof(u), NULL, 0, NULL), 0);
+	raw_close(&c);
+	return u.err.err;
+}
+
+Test(daemon, malformed_messages_get_precise_errors)
+{
+	struct proto_hdr h;
+	struct reg_msg m = { 0 };
+
+	proto_init(&h, 77, sizeof(h));
+	cr_expect_eq(reply_to(&h, sizeof(h)), -EPROTO, "unknown type");
+	proto_init(&h, MSG_STATS, sizeof(h) + 40);
+	cr_expect_eq(reply_to(&h, sizeof(h)), -EBADMSG, "cut short");
+	proto_init(&h, MSG_STATS, sizeof(h));
+	h.magic ^= 1;
+	cr_expect_eq(reply_to(&h, sizeof(h)), -EBADMSG, "bad magic");
+	proto_init(&h, MSG_STATS, sizeof(h));
+	h.version = 9;
+	cr_expect_eq(reply_to(&h, sizeof(h)), -EPROTONOSUPPORT, "version");
+	cr_expect_eq(reply_to(&h, 5), -EBADMSG, "shorter than a header");
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m.reg));
+	cr_expect_eq(reply_to(&m, sizeof(m.reg)), -EBADMSG, "no ranges");
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
+	m.reg.nr_ranges = 2;
+	cr_expect_eq(reply_to(&m, sizeof(m)), -EPROTO, "no descriptors");
+	cr_assert(daemon_alive());
+}
+
+Test(daemon, bad_registrations_get_precise_errors)
+{
+	const char *img = make_image("img", 4 * MIB, TAG);
+	struct raw c = raw_client(img, 4 * MIB, 0);
+	uint64_t b = (uintptr_t)c.base;
+	struct proto_range whole = { b, 4 * MIB, 0 };
+	struct proto_range over[2] = { { b, 2 * MIB, 0 },
+				       { b + MIB, 2 * MIB, 2 * MIB } };
+	struct proto_range past = { b, 4 * MIB, 4096 };
+	struct proto_range odd = { b + 100, 4096, 0 };
+	int pipefd[2], fds[2] = { c.uffd, c.image };
+	char *plain = mmap(NULL, MIB, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct proto_range unreg = { (uintptr_t)plain, MIB, 0 };
+	const char *bad_ext, *cut;
+	struct img_header hdr;
+	int fd;
+
+	cr_assert_eq(pipe(pipefd), 0);
+#define AGAIN(call)                                                            \
+	do {                                                                   \
+		raw_close(&c);                                                 \
+		c = raw_client(img, 4 * MIB, 0);                               \
+		fds[0] = c.uffd;                                               \
+		fds[1] = c.image;                                              \
+		b = (uintptr_t)c.base;                                         \
+		call;                                                          \
+	} while (0)
+	cr_expect_eq(raw_register(&c, over, 2, fds, 2), -EINVAL, "overlap");
+	AGAIN(past.start = b;
+	      cr_expect_eq(raw_register(&c, &past, 1, fds, 2), -ERANGE));
+	AGAIN(odd.start = b + 100;
+	      cr_expect_eq(raw_register(&c, &odd, 1, fds, 2), -EINVAL));
+	AGAIN(cr_expect_eq(raw_register(&c, &unreg, 1, fds, 2), -EINVAL,
+			   "not registered with a userfaultfd"));
+	AGAIN(munmap(c.base + 2 * MIB, MIB); whole.start = b;
+	      cr_expect_eq(raw_register(&c, &whole, 1, fds, 2), -EFAULT,
+			   "not mapped"));
+	AGAIN(whole.start = b; fds[0] = pipefd[0];
+	      cr_expect_eq(raw_register(&c, &whole, 1, fds, 2), -EBADF,
+			   "not a userfaultfd"));
+	fd = open(img, O_RDONLY);
+	cr_assert_eq(pread(fd, &hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	close(fd);
+	bad_ext = path_of("bad-ext");
+	cut = path_of("cut");
+	{
+		char cmd[600];
+
+		snprintf(cmd, sizeof(cmd),
+			 "cp %s %s && printf '\\377' | dd of=%s bs=1 seek=%llu "
+			 "conv=notrunc 2>/dev/null && cp %s %s && "
+			 "truncate -s %llu %s",
+			 img, bad_ext, bad_ext,
+			 (unsigned long long)hdr.extents_off + 2, img, cut,
+			 (unsigned long long)hdr.extents_off, cut);
+		cr_assert_eq(system(cmd), 0);
+	}
+	AGAIN(whole.start = b; close(c.image); c.image = open(bad_ext, O_RDONLY);
+	      fds[1] = c.image;
+	      cr_expect_eq(raw_register(&c, &whole, 1, fds, 2), -EBADMSG,
+			   "flipped byte in the extent table"));
+	AGAIN(whole.start = b; close(c.image); c.image = open(cut, O_RDONLY);
+	      fds[1] = c.image;
+	      cr_expect_eq(raw_register(&c, &whole, 1, fds, 2), -EBADMSG,
+			   "truncated image"));
+	AGAIN(whole.start = b; fds[1] = pipefd[1];
+	      cr_expect_eq(raw_register(&c, &whole, 1, fds, 2), -EINVAL,
+			   "not an image"));
+	/* After all of it, a good registration is served. */
+	AGAIN(whole.start = b;
+	      cr_expect_eq(raw_register(&c, &whole, 1, fds, 2), 0));
+	cr_assert_eq(pattern_check(TAG, 0, c.base, 4 * MIB), 0);
+	raw_close(&c);
+	cr_assert(daemon_alive());
+#undef AGAIN
+}
+
+/* Read messages until DONE (the daemon filled everything). */
+static bool raw_wait_done(struct raw *c)
+{
+	struct proto_progress p;
+	const char *why;
+	ssize_t n;
+
+	while ((n = proto_recv(c->sock, &p, sizeof(p), NULL, 0, NULL)) > 0)
+		if (!proto_check(&p, (size_t)n, &why) && p.h.type == MSG_DONE)
+			return true;
+	return false;
+}
+
+static void fork_child(void *arg)
+{
+	(void)arg;
+	_exit(0);
+}
+
+/*
+ * Events during a restore: the client forks, moves 1 MiB of the range
+ * with mremap, drops 1 MiB with MADV_DONTNEED and unmaps 1 MiB. Moved
+ * pages keep their image content at the new address, dropped ones read
+ * zeros, the rest reads the image.
+ */
+Test(daemon, events_during_restore)
+{
+	size_t len = 8 * MIB;
+	const char *img = make_image("ev", len, TAG);
+	uint64_t features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
+			    UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
+	struct raw c = raw_client(img, len, features);
+	struct proto_range whole = { (uintptr_t)c.base, len, 0 };
+	int fds[2] = { c.uffd, c.image };
+	char *moved, *to;
+
+	cr_assert_eq(raw_register(&c, &whole, 1, fds, 2), 0);
+	cr_assert_eq(pattern_check(TAG, 0, c.base, 4096), 0);
+	cr_assert_eq(run_in_child(fork_child, NULL), -1);
+	to = mmap(NULL, MIB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	moved = mremap(c.base + 2 * MIB, MIB, MIB, MREMAP_MAYMOVE | MREMAP_FIXED,
+		       to);
+	cr_assert(moved == to);
+	cr_assert_eq(madvise(c.base + 4 * MIB, MIB, MADV_DONTNEED), 0);
+	cr_assert_eq(munmap(c.base + 6 * MIB, MIB), 0);
+	cr_assert_eq(pattern_check(TAG, 2 * MIB, moved, MIB), 0, "moved");
+	for (size_t i = 0; i < MIB; i += 8)
+		cr_assert_eq(*(uint64_t *)(c.base + 4 * MIB + i), 0, "dropped");
+	cr_assert_eq(pattern_check(TAG, 0, c.base, 2 * MIB), 0);
+	cr_assert_eq(pattern_check(TAG, 3 * MIB, c.base + 3 * MIB, MIB), 0);
+	cr_assert_eq(pattern_check(TAG, 5 * MIB, c.base + 5 * MIB, MIB), 0);
+	cr_assert_eq(pattern_check(TAG, 7 * MIB, c.base + 7 * MIB, MIB), 0);
+	cr_assert(raw_wait_done(&c));
+	munmap(moved, MIB);
+	raw_close(&c);
+	cr_assert(daemon_alive());
+}
