@@ -501,6 +501,7 @@ ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
  */
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len);
 
 /* ------------------------------------------------------------------------
  * image.c - checkpoint images: the format (shared with the daemon) and
