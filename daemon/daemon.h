@@ -6,8 +6,9 @@
  * Threads: the main thread accepts connections (faultd.c); each
  * connection gets a thread that reads its HELLO and REGISTER and, once the
  * registration is accepted, becomes the session's fault thread; each
- * session also has a push thread, SCHED_BATCH, that fills the rest in
- * the background (session.c). Lock order: sessions_lock > session->lock.
+ * session also has two push threads, at nice 19, that fill the rest in
+ * the background (session.c). Lock order: sessions_lock > session->lock
+ * (an rwlock).
  */
 #ifndef FAULTD_DAEMON_H
 #define FAULTD_DAEMON_H
@@ -39,15 +40,20 @@ struct srange {
 	uint64_t start, len, image_off;
 };
 
+#define PUSHERS 2	/* push threads per session */
+
 struct session {
 	uint64_t id;
 	int sock, uffd, pidfd, wake_fd;
 	pid_t pid;
 	uint64_t features;	/* UFFD_FEATURE_* of the client's uffd */
+	bool lazy;		/* PROTO_REG_LAZY: no push threads */
 	struct image *img;
 	uint64_t started_ms;
 
-	pthread_mutex_t lock;	/* ranges, removed */
+	/* Read: copying into the client, translating addresses. Write:
+	 * an event changes the ranges or removes pages. */
+	pthread_rwlock_t lock;
 	struct srange r[PROTO_MAX_RANGES * 2 + 2];
 	unsigned int nr;
 	_Atomic uint64_t *removed; /* image pages: zeros from now on */
@@ -59,8 +65,8 @@ struct session {
 	atomic_uint_fast64_t faults, pages_urgent, pages_background;
 	atomic_uint_fast64_t prefetch_block; /* hint; UINT64_MAX: none */
 	atomic_uint_fast64_t push_from;	/* after the last fault's block */
-	pthread_t pusher;
-	bool pushing;
+	pthread_t pushers[PUSHERS];
+	unsigned int nr_pushers;
 	struct stat_block lat;	/* fault latency; the fault thread writes */
 	struct session *next;	/* sessions, under sessions_lock */
 };

@@ -140,8 +140,9 @@ static int session_new(int sock, const struct proto_register *m,
 		return -ENOMEM;
 	*s = (struct session){ .sock = -1, .uffd = -1, .pidfd = -1,
 			       .wake_fd = -1, .pid = pid,
-			       .features = m->uffd_features };
-	pthread_mutex_init(&s->lock, NULL);
+			       .features = m->uffd_features,
+			       .lazy = m->flags & PROTO_REG_LAZY };
+	rwlock_init_writer_pref(&s->lock);
 	ret = check_uffd(fds[0]) < 0 ? -EBADF : 0;
 	if (ret)
 		why = "the first descriptor is not a userfaultfd";
@@ -149,6 +150,10 @@ static int session_new(int sock, const struct proto_register *m,
 		ret = image_open(fds[1], NULL, &s->img);
 	if (ret == -EINVAL)
 		why = "the second descriptor is not a full checkpoint image";
+	if (!ret && (m->flags & ~PROTO_REG_FLAGS)) {
+		ret = -EINVAL;
+		why = "unknown REGISTER flags";
+	}
 	if (!ret)
 		ret = check_ranges(m, s->img, pid, &why);
 	if (ret) {
@@ -260,15 +265,32 @@ static void *conn_main(void *arg)
  * Listening.
  */
 
-/* The socket systemd passed (LISTEN_FDS), or -1. */
+/*
+ * The socket systemd passed (LISTEN_PID and LISTEN_FDS, as sd_listen_fds(3)
+ * reads them): 3 when one listening SOCK_SEQPACKET socket was passed to
+ * this process, 0 when none was, -EINVAL when what was passed is not that
+ * (more than one, or the wrong kind: the unit file is wrong). The
+ * variables are removed so that nothing the daemon starts inherits them.
+ */
 static int activated_socket(void)
 {
 	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	int type = 0, listening = 0, ret = 3;
+	socklen_t len = sizeof(int);
 
-	if (!pid || !fds || atoi(pid) != getpid() || atoi(fds) != 1)
-		return -1;
-	fcntl(3, F_SETFD, FD_CLOEXEC);
-	return 3;
+	if (!pid || !fds || atoi(pid) != getpid())
+		return 0;
+	if (atoi(fds) != 1 ||
+	    getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
+	    getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+	    type != SOCK_SEQPACKET || !listening)
+		ret = -EINVAL;
+	else
+		fcntl(3, F_SETFD, FD_CLOEXEC);
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	return ret;
 }
 
 static int listen_on(const char *path)
@@ -364,7 +386,12 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	sfd = signalfd(-1, &stop, SFD_CLOEXEC);
 	ls = activated_socket();
-	own = ls < 0;
+	if (ls < 0) {
+		fprintf(stderr, "faultd: the passed socket (LISTEN_FDS) must be "
+			"one listening SOCK_SEQPACKET socket\n");
+		return 1;
+	}
+	own = ls == 0;
 	if (own) {
 		if (!dopts.socket)
 			dopts.socket = proto_default_socket(def, sizeof(def));

@@ -77,9 +77,12 @@ struct proto_register {
 	struct proto_hdr h;
 	uint64_t uffd_features;	/* UFFD_FEATURE_* enabled on the uffd */
 	uint32_t nr_ranges;	/* 1..PROTO_MAX_RANGES */
-	uint32_t flags;		/* none yet: 0 */
+	uint32_t flags;		/* PROTO_REG_* */
 	struct proto_range r[];
 };
+
+#define PROTO_REG_LAZY (1u << 0) /* serve faults only: no background push */
+#define PROTO_REG_FLAGS PROTO_REG_LAZY
 
 struct proto_ack {
 	struct proto_hdr h;

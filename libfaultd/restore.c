@@ -103,7 +103,8 @@ static void restore_take_over(struct faultd_region *r, bool died)
 	rs->daemon_died = died;
 	uffd_wake(r->group->uffd, r->base, atomic_load(&r->len));
 	/* What the daemon did not push yet, the library fills now. */
-	if (died && faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0)
+	if (died && !(rs->flags & FAULTD_RESTORE_LAZY) &&
+	    faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0)
 		fd_warn(r->ctx, "%s: no background population after the "
 				"daemon died: pages come in when touched",
 			r->name);
@@ -159,6 +160,8 @@ static int restore_register(struct faultd_region *r, int sock)
 	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
 	m.reg.uffd_features = r->group->features;
 	m.reg.nr_ranges = 1;
+	if (r->rs->flags & FAULTD_RESTORE_LAZY)
+		m.reg.flags |= PROTO_REG_LAZY;
 	ret = proto_send(sock, &m, fds, 2);
 	if (ret < 0)
 		return ret;
@@ -293,9 +296,7 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 		ret = opts_copy(&o, sizeof(o), opts,
 				offsetof(struct faultd_restore_opts, flags) +
 					sizeof(o.flags));
-	/* Through the daemon, it populates the region: LAZY has no say. */
-	if (!ret && ((o.flags & ~RESTORE_KNOWN) ||
-		     (o.flags & RESTORE_KNOWN) == RESTORE_KNOWN))
+	if (!ret && (o.flags & ~RESTORE_KNOWN))
 		ret = -EINVAL;
 	if (!ret && in_handler_of(ctx))
 		ret = -EDEADLK;
@@ -376,11 +377,10 @@ FAULTD_EXPORT int faultd_restore_wait(struct faultd_region *r)
 		return -EINVAL;
 	if (in_handler_of(r->ctx))
 		return -EDEADLK;
-	if (!(rs->flags & FAULTD_RESTORE_DAEMON)) {
-		if (rs->flags & FAULTD_RESTORE_LAZY)
-			return -EAGAIN;
+	if (rs->flags & FAULTD_RESTORE_LAZY)
+		return -EAGAIN; /* nothing populates it */
+	if (!(rs->flags & FAULTD_RESTORE_DAEMON))
 		return faultd_region_prefetch_wait(r);
-	}
 	while (!__atomic_load_n(&rs->done, __ATOMIC_ACQUIRE))
 		futex_noasync(&rs->done, FUTEX_WAIT, 0, NULL, NULL, 0);
 	return rs->taken_over ? faultd_region_prefetch_wait(r) : 0;

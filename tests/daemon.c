@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 
 #include "helpers.h"
 #include "internal.h"
@@ -124,6 +125,8 @@ struct client {
 	uint64_t tag;
 	bool kill_daemon;	/* kill -9 it after the first access */
 	bool stop_half_way;	/* exit after reading half */
+	bool lazy;		/* FAULTD_RESTORE_LAZY: faults only */
+	const char *socket;	/* the daemon's, when not the usual one */
 };
 
 /* Exit 0: every byte right. */
@@ -138,6 +141,10 @@ static void client_main(void *arg)
 	struct faultd_region *r;
 	char *base;
 
+	if (c->lazy)
+		o.flags |= FAULTD_RESTORE_LAZY;
+	if (c->socket)
+		o.socket = c->socket;
 	if (faultd_ctx_create(NULL, &ctx) || faultd_restore(ctx, c->image, &o, &r))
 		_exit(10);
 	base = faultd_region_base(r);
@@ -155,6 +162,16 @@ static void client_main(void *arg)
 	}
 	if (pattern_check(c->tag, 0, base, c->len))
 		_exit(13);
+	if (c->lazy) { /* nothing was pushed: every page came for a fault */
+		uint64_t end = test_now_ns() + 5000000000ull;
+
+		do /* the daemon reports every 100 ms: wait for the last */
+			faultd_restore_progress(r, &p);
+		while (p.pages_urgent < c->len / 4096 && test_now_ns() < end);
+		_exit(faultd_restore_wait(r) != -EAGAIN ||
+		      p.pages_background || p.pages_urgent != c->len / 4096
+			      ? 16 : 0);
+	}
 	if (faultd_restore_wait(r) || faultd_restore_progress(r, &p))
 		_exit(14);
 	if (!p.done || p.daemon_died != c->kill_daemon)
@@ -199,6 +216,67 @@ Test(daemon, several_clients_at_once)
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(client_wait(pid[i]), 0, "client %d", i);
 	cr_assert(daemon_alive());
+}
+
+Test(daemon, lazy_restore_serves_faults_only)
+{
+	struct client c = { make_image("lazy", 32 * MIB, TAG), 32 * MIB, TAG,
+			    .lazy = true };
+
+	int how = client_wait(client_start(&c));
+
+	cr_assert_eq(how, 0, "client exit %d", how);
+}
+
+/*
+ * Start the daemon the way systemd does for faultd.socket: the listening
+ * socket of @type bound at @path as descriptor 3, LISTEN_PID and
+ * LISTEN_FDS saying so, and no --socket.
+ */
+static pid_t daemon_start_activated(const char *path, int type)
+{
+	const char *exe = getenv("FAULTD_DAEMON");
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, type, 0);
+	pid_t pid;
+
+	cr_assert(exe && s >= 0);
+	strcpy(a.sun_path, path);
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(s, 16), 0);
+	pid = fork();
+	if (pid == 0) {
+		char me[16];
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (dup2(s, 3) < 0)
+			_exit(127);
+		snprintf(me, sizeof(me), "%d", getpid());
+		setenv("LISTEN_PID", me, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		execl(exe, exe, (char *)NULL);
+		_exit(127);
+	}
+	close(s); /* the daemon holds the socket now */
+	cr_assert(pid > 0);
+	return pid;
+}
+
+Test(daemon, socket_activation_the_systemd_way)
+{
+	struct client c = { make_image("act", 16 * MIB, TAG), 16 * MIB, TAG,
+			    .socket = path_of("activated.sock") };
+	pid_t pid = daemon_start_activated(c.socket, SOCK_SEQPACKET);
+	int status;
+
+	cr_assert_eq(client_wait(client_start(&c)), 0);
+	daemon_kill(pid, SIGTERM);
+
+	/* A passed socket of the wrong kind is refused at start. */
+	pid = daemon_start_activated(path_of("stream.sock"), SOCK_STREAM);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+		  "status %#x", status);
 }
 
 Test(daemon, daemon_killed_mid_restore)

@@ -1053,7 +1053,7 @@ int faultd_checkpoint(struct faultd_region *region, const char *path,
  * wait meanwhile; none is answered with zeros) and once the daemon has
  * put every page in.
  * FAULTD_RESTORE_LAZY: no background population: pages come in only when
- * touched (or prefetched).
+ * touched (or prefetched); the daemon, told so, serves faults only.
  */
 #define FAULTD_RESTORE_DAEMON (1u << 0)
 #define FAULTD_RESTORE_LAZY (1u << 1)
