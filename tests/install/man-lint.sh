@@ -3,9 +3,10 @@
 # "mandoc -T lint" (and groff's warnings) with nothing at the warning level
 # or worse and has the sections a page of ours must have; every .so link
 # resolves, from a man3/ man7/ tree as installed, to a page whose NAME
-# lists it; every exported symbol has a page and is in libfaultd(7); every
-# page documents an exported function; every cross-reference to one of our
-# pages resolves; every file of man/ is installed by man/meson.build.
+# lists it; every exported symbol has a page and is in libfaultd(7), and
+# so is every page of sections 1, 5, 7 and 8; every page documents an
+# exported function; every cross-reference to one of our pages, name(N) in
+# any section, resolves; every file of man/ is installed by man/meson.build.
 #
 # usage: man-lint.sh MAN_DIR MAP
 set -eu
@@ -119,10 +120,22 @@ link_ok() {
 	}
 }
 
-# Every "faultd_x (3)" or "libfaultd (7)" reference names a file of man/.
+# The references "name(N)" page $1 makes to pages of ours (names that
+# begin with faultd, faultctl or libfaultd: faultd_x(3), faultctl(1),
+# faultd-image(5), libfaultd(7), faultd(8)), one "name.N" a line: in macro
+# arguments (".BR faultd (8)," or ".RB ( faultd\-image (5)):") as in text
+# ("\fBfaultd\fP(8)"), comments left out.
+page_refs() {
+	sed -e '/^\.\\"/d' -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' \
+		-e 's/\\f([A-Z][A-Z]//g' -e 's/"//g' "$1" |
+		grep -oE '(^|[^A-Za-z0-9_.-])(faultd[A-Za-z0-9_.-]*|faultctl|libfaultd) ?\([1-9]\)' |
+		sed -E 's/^[^A-Za-z0-9_.-]//; s/ ?\(([1-9])\)$/.\1/'
+}
+
+# Every reference to a page of ours names a file of man/, in any section.
 refs_ok() {
 	bad=""
-	for ref in $(sed -nE 's/^\.BR (faultd_[a-z0-9_]*|libfaultd) \(([1-9])\).*/\1.\2/p' "$1"); do
+	for ref in $(page_refs "$1"); do
 		[ -f "$man/$ref" ] || bad="$bad $ref"
 	done
 	[ -z "$bad" ] || {
@@ -204,5 +217,19 @@ check "every exported symbol is declared in the SYNOPSIS of its page" \
 check "libfaultd(7) refers to every exported symbol" \
 	test -z "$not_in_overview"
 [ -z "$not_in_overview" ] || diag "not in libfaultd.7:$not_in_overview"
+
+# The pages that are not about one function: the overview refers to each.
+page_refs "$man/libfaultd.7" | sort -u >"$tmp/overview_refs"
+unlisted=""
+for f in "$man"/*.[1-9]; do
+	page=$(basename "$f")
+	case $page in
+	*.3 | libfaultd.7) continue ;;
+	esac
+	grep -qxF "$page" "$tmp/overview_refs" || unlisted="$unlisted $page"
+done
+check "libfaultd(7) refers to every page of sections 1, 5, 7 and 8" \
+	test -z "$unlisted"
+[ -z "$unlisted" ] || diag "not in libfaultd.7:$unlisted"
 
 tap_end
