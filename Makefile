@@ -1,5 +1,6 @@
 # A thin wrapper over meson for the two-command quick start:
-#   make demo   install what is missing, build, run the demo
+#   make demo   install what is missing, build, run the demo (a lazy
+#               restore through the faultd daemon)
 #   make test   the same, then the whole test suite
 #   make bench  the benchmarks, and thread sweeps plotted into $(PLOTS)
 #   make numa-check  the tests and placement on a two-node NUMA guest
@@ -24,8 +25,14 @@ build: deps
 	@$(MAKE) --no-print-directory $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
+# The main job: a faultd daemon on a temporary socket, a 256 MiB region
+# checkpointed and restored lazily through it in a fresh process, every
+# byte checked; then the daemon is stopped.
 demo: build
-	./$(BUILD)/examples/regions
+	@sock=$$(mktemp -u /tmp/faultd-demo-XXXXXX.sock); \
+	./$(BUILD)/daemon/faultd --socket $$sock & daemon=$$!; \
+	./$(BUILD)/examples/checkpoint_restore --socket $$sock; rc=$$?; \
+	kill $$daemon; wait $$daemon; exit $$rc
 
 test: build
 	meson test -C $(BUILD) --print-errorlogs

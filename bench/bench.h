@@ -91,6 +91,7 @@ extern const struct scenario scenario_pf2;
 extern const struct scenario scenario_pf3;
 extern const struct scenario scenario_dirty;
 extern const struct scenario scenario_file;
+extern const struct scenario scenario_restore;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

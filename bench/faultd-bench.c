@@ -35,6 +35,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_brk,
 	&scenario_dirty,
 	&scenario_file,
+	&scenario_restore,
 };
 
 #define MAX_ROUNDS 64

@@ -123,12 +123,17 @@ uses_installed_lib() {
 }
 
 # run DESCRIPTION COMMAND...: a test point that is skipped, not failed,
-# when the program cannot use userfaultfd here (as the uffd suite would).
+# when the program cannot use userfaultfd here (as the uffd suite would)
+# or says it cannot run here by exit status 77 (vmm without KVM).
 run() {
 	run_desc=$1
 	shift
-	if out=$("$@" 2>&1); then
+	status=0
+	out=$("$@" 2>&1) || status=$?
+	if [ $status -eq 0 ]; then
 		ok "$run_desc"
+	elif [ $status -eq 77 ]; then
+		skip "$run_desc" "$out"
 	elif echo "$out" | grep -Eq \
 		'faultd_ctx_create: (Function not implemented|Operation not permitted)'
 	then
