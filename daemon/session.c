@@ -401,6 +401,7 @@ void session_progress(struct session *s, struct proto_progress *p,
 		      enum proto_type type)
 {
 	struct faultd_stats st = { .size = sizeof(st) };
+	struct stat_block lat = { 0 };
 
 	memset(p, 0, sizeof(*p));
 	proto_init(&p->h, type, sizeof(*p));
@@ -408,7 +409,8 @@ void session_progress(struct session *s, struct proto_progress *p,
 	p->pages_urgent = atomic_load(&s->pages_urgent);
 	p->pages_background = atomic_load(&s->pages_background);
 	p->faults = atomic_load(&s->faults);
-	stat_export(&st, &s->lat);
+	stat_sum(&lat, &s->lat); /* relaxed loads: the fault thread writes */
+	stat_export(&st, &lat);
 	p->p50_ns = faultd_stats_latency(&st, 50);
 	p->p99_ns = faultd_stats_latency(&st, 99);
 }

@@ -35,7 +35,7 @@
  */
 int base_create(struct faultd_region *r)
 {
-	struct region_base *b = calloc(1, sizeof(*b));
+	struct region_base *b = fd_calloc(1, sizeof(*b));
 	void *p;
 
 	if (!b)
@@ -48,7 +48,7 @@ int base_create(struct faultd_region *r)
 	b->page_size = r->page_size;
 	b->alias_len = r->max_len;
 	b->nr_states = r->max_len / r->page_size;
-	b->states = calloc(b->nr_states, sizeof(*b->states));
+	b->states = fd_calloc(b->nr_states, sizeof(*b->states));
 	p = mmap(NULL, b->alias_len, PROT_READ | PROT_WRITE, MAP_SHARED,
 		 r->memfd, 0);
 	if (!b->states || p == MAP_FAILED) {
@@ -98,7 +98,7 @@ int base_grow(struct region_base *b, size_t len)
 
 	if (len <= b->alias_len)
 		return 0;
-	s = realloc(b->states, n * sizeof(*s));
+	s = fd_realloc(b->states, n * sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	memset(s + b->nr_states, 0, (n - b->nr_states) * sizeof(*s));

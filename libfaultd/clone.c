@@ -60,7 +60,7 @@ static void set_bit(_Atomic uint64_t *b, size_t i)
 
 static _Atomic uint64_t *bitmap_new(size_t n)
 {
-	return calloc((n + 63) / 64, sizeof(uint64_t));
+	return fd_calloc((n + 63) / 64, sizeof(uint64_t));
 }
 
 static pthread_mutex_t *snap_lock(struct snapshot *s, size_t pg)
@@ -83,7 +83,7 @@ static void snap_free(struct snapshot *s)
 
 static struct snapshot *snap_new(const struct faultd_region *parent)
 {
-	struct snapshot *s = calloc(1, sizeof(*s));
+	struct snapshot *s = fd_calloc(1, sizeof(*s));
 
 	if (!s)
 		return NULL;
@@ -400,7 +400,8 @@ static int clone_freeze(struct faultd_region *p)
 
 	map_write_lock(ctx);
 	pthread_rwlock_wrlock(&p->lock);
-	ret = base_create(p);
+	/* A freeze that failed after this step left its base: go on with it. */
+	ret = p->cache ? 0 : base_create(p);
 	pthread_rwlock_unlock(&p->lock);
 	map_write_unlock(ctx);
 	if (ret < 0)

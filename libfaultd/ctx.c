@@ -122,6 +122,8 @@ int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
 	sigset_t all, old;
 	int ret;
 
+	if (inject_fail(INJ_THREAD, &ret))
+		return ret;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	ret = -pthread_create(t, NULL, fn, arg);
@@ -186,7 +188,7 @@ FAULTD_EXPORT int faultd_ctx_create(const struct faultd_ctx_opts *opts,
 	ret = uffd_probe(NULL);
 	if (ret < 0)
 		return ret;
-	ctx = calloc(1, sizeof(*ctx));
+	ctx = fd_calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
 	ret = ctx_apply_opts(ctx, &o);

@@ -60,7 +60,7 @@ int dirty_alloc(struct faultd_region *r, size_t len)
 
 	if (words <= r->dirty_words)
 		return 0;
-	d = realloc((void *)r->dirty, words * sizeof(*d));
+	d = fd_realloc((void *)r->dirty, words * sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	memset((void *)(d + r->dirty_words), 0,

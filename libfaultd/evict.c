@@ -381,7 +381,7 @@ static int ref_alloc(struct evict *ev, size_t pages)
 
 	if (words <= ev->ref_words)
 		return 0;
-	p = realloc((void *)ev->ref, words * sizeof(*p));
+	p = fd_realloc((void *)ev->ref, words * sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	memset((void *)(p + ev->ref_words), 0,
@@ -402,7 +402,7 @@ int evict_setup(struct faultd_region *r, const struct faultd_region_opts *o)
 
 	if (!o->budget)
 		return 0;
-	ev = calloc(1, sizeof(*ev));
+	ev = fd_calloc(1, sizeof(*ev));
 	if (!ev || ref_alloc(ev, r->max_len / ps) < 0) {
 		free(ev);
 		return -ENOMEM;

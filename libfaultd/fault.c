@@ -92,6 +92,17 @@ static int fault_uffd(const struct fault *f)
 }
 
 /*
+ * fault_wake() - wake the waiters of the page without filling it: it is
+ * there already (EEXIST), or its range is gone (ENOENT): an munmap() wakes
+ * no one, so they would sleep on; woken, they get SIGSEGV. A wake that
+ * fails would leave them asleep too: the fault is then retried later.
+ */
+static int fault_wake(const struct fault *f)
+{
+	return uffd_wake(fault_uffd(f), f->addr, f->len) < 0 ? FAULTD_PARK : 0;
+}
+
+/*
  * fault_finish() - account for the result of a fill ioctl.
  * Returns 0 when the fault is over, FAULTD_PARK to retry it later, or the
  * negative errno of a failure the caller must turn into a poison.
@@ -103,14 +114,13 @@ static int fault_finish(struct fault *f, ssize_t ret)
 		return 0;
 	case UFFD_EXISTS:
 		stat_inc(f->st, ST_EEXIST);
-		uffd_wake(fault_uffd(f), f->addr, f->len);
-		return 0;
+		return fault_wake(f);
 	case UFFD_AGAIN:
 		stat_inc(f->st, ST_EAGAIN);
 		return FAULTD_PARK;
 	case UFFD_GONE:
 		stat_inc(f->st, ST_GONE);
-		return 0;
+		return fault_wake(f);
 	case UFFD_FAILED:
 		break;
 	}
@@ -128,8 +138,7 @@ static int poison_by_mprotect(struct fault *f)
 	if (mprotect((void *)f->addr, f->len, PROT_NONE) < 0)
 		fd_err(f->r->ctx, "%s: cannot make the page inaccessible: %s",
 		       f->r->name, strerror(errno));
-	uffd_wake(fault_uffd(f), f->addr, f->len);
-	return 0;
+	return fault_wake(f);
 }
 
 static int fault_poison(struct fault *f, int err)
@@ -495,8 +504,7 @@ static int fault_unprotect(struct fault *f)
 	/* The writer must not sleep forever: it faults again and retries. */
 	fd_err(r->ctx, "%s: cannot unprotect offset %#llx: %s", r->name,
 	       (unsigned long long)f->off, strerror(-ret));
-	uffd_wake(fault_uffd(f), f->addr, f->len);
-	return 0;
+	return fault_wake(f);
 }
 
 /*
@@ -572,6 +580,32 @@ static int handle_region_fault(struct fault *f)
 }
 
 /*
+ * Count the fault's retry or latency in its region's stats (f->st): while
+ * the caller still holds the region, which may be freed once it lets go.
+ */
+static void fault_account(const struct fault *f, int ret)
+{
+	if (ret == FAULTD_RETRY)
+		stat_inc(f->st, ST_RETRY);
+	else if (ret != FAULTD_PARK)
+		stat_latency(f->st, now_ns() - f->req->t_read);
+}
+
+/*
+ * handler_lookup() - map_lookup() for a handler: a region of another group
+ * is no region. A message read late - its region destroyed since - may
+ * name an address that a region of another group took meanwhile; that
+ * region's userfaultfd and counters (one per thread of its own group) are
+ * not this handler's. Context: as map_lookup().
+ */
+static struct faultd_region *handler_lookup(struct handler *h, uintptr_t addr)
+{
+	struct faultd_region *r = map_lookup(h->group->ctx, addr);
+
+	return r && r->group == h->group ? r : NULL;
+}
+
+/*
  * lock_region_under_rcu() - like lock_vma_under_rcu(): find the region of
  * @addr and take its read lock without any context-wide lock.
  * Returns the region, read-locked, or NULL: no region (miss), or it is being
@@ -583,7 +617,7 @@ static struct faultd_region *lock_region_under_rcu(struct handler *h,
 	struct faultd_region *r;
 
 	urcu_bp_read_lock();
-	r = map_lookup(h->group->ctx, addr);
+	r = handler_lookup(h, addr);
 	if (!r) {
 		stat_inc(&h->stats, ST_MISS);
 		goto fail;
@@ -598,17 +632,18 @@ static struct faultd_region *lock_region_under_rcu(struct handler *h,
 		stat_inc(&h->stats, ST_MISS);
 		goto fail;
 	}
-	urcu_bp_read_unlock();
+	map_rcu_read_unlock();
 	return r;
 fail:
-	urcu_bp_read_unlock();
+	map_rcu_read_unlock();
 	return NULL;
 }
 
 /*
  * A fault in no region: its region was destroyed (or the range shrunk)
  * after the fault was queued. Wake the thread; it faults again on unmapped
- * memory and gets SIGSEGV.
+ * memory and gets SIGSEGV - or, where a region of another group took the
+ * address since, the wake reaches no one (not its userfaultfd).
  */
 static int fault_no_region(struct handler *h, uintptr_t addr)
 {
@@ -639,13 +674,13 @@ int fault_handle(struct handler *h, struct fault_req *req)
 		goto lock_ctx;
 	fault_setup(&f, req->addr);
 	ret = handle_region_fault(&f);
+	fault_account(&f, ret);
 	region_read_unlock(f.r);
 	if (ret != FAULTD_RETRY)
-		goto done;
-	stat_inc(f.st, ST_RETRY);
+		return ret;
 lock_ctx:
 	map_read_lock(ctx);
-	f.r = map_lookup(ctx, req->addr);
+	f.r = handler_lookup(h, req->addr);
 	if (!f.r) {
 		map_read_unlock(ctx);
 		return fault_no_region(h, req->addr);
@@ -653,9 +688,7 @@ lock_ctx:
 	f.flags |= FAULT_LOCKED;
 	fault_setup(&f, req->addr);
 	ret = handle_region_fault(&f);
+	fault_account(&f, ret);
 	map_read_unlock(ctx);
-done:
-	if (ret != FAULTD_PARK)
-		stat_latency(f.st, now_ns() - req->t_read);
 	return ret;
 }

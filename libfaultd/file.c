@@ -77,7 +77,7 @@ static struct io_uring *thread_ring(int *err)
 		return &t->ring;
 	if (t) /* made before a fork: the parent's, shared with it */
 		ring_free(t);
-	t = malloc(sizeof(*t));
+	t = fd_malloc(sizeof(*t));
 	*err = t ? io_uring_queue_init(RING_ENTRIES, &t->ring, 0) : -ENOMEM;
 	if (*err < 0) {
 		free(t);
@@ -166,7 +166,12 @@ static ssize_t ring_rw_once(int fd, bool write, uint64_t off, void *buf,
 ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len)
 {
 	size_t done = 0, max = RING_ENTRIES * CHUNK;
+	int err;
 
+	if (!write && inject_fail(INJ_READ, &err))
+		return err;
+	if (!write && inject_fail(INJ_SHORT_READ, NULL))
+		len = len / 2 & ~(size_t)4095; /* as if the file ended there */
 	while (done < len) {
 		size_t l = len - done < max ? len - done : max;
 		ssize_t n = ring_rw_once(fd, write, off + done,
@@ -280,7 +285,7 @@ FAULTD_EXPORT int faultd_file_pager(const struct faultd_file_opts *opts,
 		return -errno;
 	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
 		return -EINVAL;
-	fp = calloc(1, sizeof(*fp));
+	fp = fd_calloc(1, sizeof(*fp));
 	if (!fp)
 		return -ENOMEM;
 	fp->fd = file_reopen(o.fd, o.flags);

@@ -234,14 +234,18 @@ static int handler_start(struct faultd_group *g, unsigned int slot)
 	h->group = g;
 	h->slot = slot;
 	h->staging_len = g->staging_len;
-	/* Address space only: pages are allocated as fills touch them. */
-	h->staging = mmap(NULL, h->staging_len, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	/* Address space only: pages are allocated as fills touch them. A
+	 * start that failed before (group_start_deferred()) left it mapped. */
+	if (!h->staging)
+		h->staging = mmap(NULL, h->staging_len, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+				  -1, 0);
 	if (h->staging == MAP_FAILED) {
 		h->staging = NULL;
 		return -errno;
 	}
-	ret = -pthread_create(&h->thread, NULL, handler_main, h);
+	if (!inject_fail(INJ_THREAD, &ret))
+		ret = -pthread_create(&h->thread, NULL, handler_main, h);
 	if (ret < 0)
 		return ret;
 	h->started = true;
@@ -264,12 +268,12 @@ static unsigned int usable_cpus(void)
 static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
 					unsigned int nthreads)
 {
-	struct faultd_group *g = calloc(1, sizeof(*g));
+	struct faultd_group *g = fd_calloc(1, sizeof(*g));
 
 	if (!g)
 		return NULL;
-	g->handlers = aligned_alloc(CACHELINE, (nthreads ? nthreads : 1) *
-						       sizeof(*g->handlers));
+	g->handlers = fd_aligned_alloc(CACHELINE, (nthreads ? nthreads : 1) *
+							  sizeof(*g->handlers));
 	if (!g->handlers) {
 		free(g);
 		return NULL;
@@ -341,7 +345,8 @@ err:
 
 /*
  * group_start_deferred() - start the threads of a group made with
- * pol.deferred (once). Returns 0 or -errno (the threads started stay).
+ * pol.deferred. Returns 0 or -errno (the threads started stay; a later
+ * call starts the others).
  */
 int group_start_deferred(struct faultd_group *g)
 {
@@ -389,6 +394,26 @@ void group_free(struct faultd_group *g)
 	free(g);
 }
 
+/* Add @g to ctx->groups. Context: map_lock (write) and stats_lock. */
+void group_link_locked(struct faultd_group *g)
+{
+	struct faultd_ctx *ctx = g->ctx;
+
+	g->next = ctx->groups;
+	if (g->next)
+		g->next->pprev = &g->next;
+	g->pprev = &ctx->groups;
+	ctx->groups = g;
+}
+
+/* Take @g out of ctx->groups. Context: as group_link_locked(). */
+void group_unlink_locked(struct faultd_group *g)
+{
+	*g->pprev = g->next;
+	if (g->next)
+		g->next->pprev = g->pprev;
+}
+
 FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 				      const struct faultd_group_opts *opts,
 				      struct faultd_group **gp)
@@ -423,8 +448,7 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 		return ret;
 	map_write_lock(ctx);
 	pthread_mutex_lock(&ctx->stats_lock);
-	g->next = ctx->groups;
-	ctx->groups = g;
+	group_link_locked(g);
 	pthread_mutex_unlock(&ctx->stats_lock);
 	map_write_unlock(ctx);
 	*gp = g;
@@ -434,7 +458,6 @@ FAULTD_EXPORT int faultd_group_create(struct faultd_ctx *ctx,
 FAULTD_EXPORT int faultd_group_destroy(struct faultd_group *g)
 {
 	struct faultd_ctx *ctx;
-	struct faultd_group **pg;
 
 	if (!g)
 		return 0;
@@ -447,9 +470,7 @@ FAULTD_EXPORT int faultd_group_destroy(struct faultd_group *g)
 		return -EBUSY;
 	}
 	pthread_mutex_lock(&ctx->stats_lock);
-	for (pg = &ctx->groups; *pg != g; pg = &(*pg)->next)
-		;
-	*pg = g->next;
+	group_unlink_locked(g);
 	pthread_mutex_unlock(&ctx->stats_lock);
 	map_write_unlock(ctx);
 	group_stop(g);

@@ -233,7 +233,7 @@ FAULTD_EXPORT int faultd_heap_create(struct faultd_ctx *ctx,
 				sizeof(o.max_size));
 	if (ret < 0)
 		return ret;
-	h = calloc(1, sizeof(*h));
+	h = fd_calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	ro.length = o.max_size;

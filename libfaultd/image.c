@@ -58,6 +58,13 @@ static int read_full(int fd, void *buf, size_t len, uint64_t off)
 	return (size_t)n == len ? 0 : -EBADMSG;
 }
 
+/*
+ * A region is at most IMG_MAX_REGION (no address space is larger): its
+ * pages and blocks, and the offsets of its tables, are counted without
+ * wrapping - here and by every user of the image.
+ */
+#define IMG_MAX_REGION (1ull << 57)
+
 static int header_check(const struct img_header *h, uint64_t file_len)
 {
 	uint64_t blocks = (h->region_len + IMG_BLOCK - 1) / IMG_BLOCK;
@@ -71,6 +78,7 @@ static int header_check(const struct img_header *h, uint64_t file_len)
 	if (h->header_crc != header_crc(h) ||
 	    h->header_size != sizeof(*h) || h->block_size != IMG_BLOCK ||
 	    h->page_size != 4096 || !h->region_len ||
+	    h->region_len > IMG_MAX_REGION ||
 	    h->data_off != IMG_BLOCK || h->nr_blocks > blocks ||
 	    h->nr_extents > blocks ||
 	    h->extents_off != h->data_off + h->nr_blocks * IMG_BLOCK ||
@@ -111,8 +119,8 @@ static int tables_load(struct image *img, int fd)
 	size_t clen = img->h.nr_blocks * sizeof(*img->crcs);
 	int ret;
 
-	img->ext = malloc(elen ? elen : 1);
-	img->crcs = malloc(clen ? clen : 1);
+	img->ext = fd_malloc(elen ? elen : 1);
+	img->crcs = fd_malloc(clen ? clen : 1);
 	if (!img->ext || !img->crcs)
 		return -ENOMEM;
 	ret = read_full(fd, img->ext, elen, img->h.extents_off);
@@ -131,6 +139,33 @@ static int tables_load(struct image *img, int fd)
 static int image_open_chain(int fd, const char *path, unsigned int depth,
 			    const uint8_t *want_id, struct image **imgp);
 
+/*
+ * Open the image file at @path for reading: a descriptor, or -errno, or
+ * -EINVAL when it is not a regular file or a block device. A FIFO put where
+ * an image (or a parent) should be must not block the opener: it is
+ * opened non-blocking, and O_NONBLOCK is cleared once the file is known
+ * to be one whose reads it would only break (io_uring would return
+ * EAGAIN for cold pages instead of waiting for them).
+ */
+int image_file_open(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || fcntl(fd, F_SETFL, 0) < 0)
+		ret = -errno;
+	else if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+		ret = -EINVAL;
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
 /* The parent of an incremental image: its file, next to @path's. */
 static int parent_open(struct image *img, const char *path,
 		       unsigned int depth)
@@ -142,9 +177,9 @@ static int parent_open(struct image *img, const char *path,
 		return -EBADMSG;
 	snprintf(dir, sizeof(dir), "%s", path);
 	snprintf(full, sizeof(full), "%s/%s", dirname(dir), img->h.parent);
-	fd = open(full, O_RDONLY | O_CLOEXEC);
+	fd = image_file_open(full);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	ret = image_open_chain(fd, full, depth + 1, img->h.parent_id,
 			       &img->parent);
 	close(fd);
@@ -169,7 +204,7 @@ int image_open(int fd, const char *path, struct image **imgp)
 static int image_open_chain(int fd, const char *path, unsigned int depth,
 			    const uint8_t *want_id, struct image **imgp)
 {
-	struct image *img = calloc(1, sizeof(*img));
+	struct image *img = fd_calloc(1, sizeof(*img));
 	struct stat st;
 	int ret;
 

@@ -22,6 +22,7 @@
 
 #include "compat.h"
 #include "faultd.h"
+#include "inject.h"
 
 #define FAULTD_EXPORT __attribute__((visibility("default")))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -54,7 +55,7 @@ enum uffd_outcome {
 	UFFD_DONE,	/* resolved; waiters woken unless DONTWAKE */
 	UFFD_EXISTS,	/* someone resolved it first: wake the waiters */
 	UFFD_AGAIN,	/* the address space is changing: park, retry */
-	UFFD_GONE,	/* range unmapped or process gone: nothing to do */
+	UFFD_GONE,	/* range unmapped or process gone: wake the waiters */
 	UFFD_FAILED,	/* anything else: poison or report */
 };
 
@@ -245,6 +246,32 @@ void map_free_after_gp(struct region_map *old);
 int map_init(struct faultd_ctx *ctx);
 void map_destroy(struct faultd_ctx *ctx);
 
+/*
+ * The end of a read-side section. liburcu-bp 0.13 is not instrumented and
+ * ThreadSanitizer cannot see it wait for readers; under TSan each unlock
+ * releases map_tsan_gp and each grace period acquires it when it ends, so
+ * what a reader did happens before what follows the grace period, as RCU
+ * guarantees (liburcu 0.15 annotates itself so). Else it is only the unlock.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define FAULTD_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FAULTD_TSAN 1
+#endif
+#endif
+#ifdef FAULTD_TSAN
+#include <sanitizer/tsan_interface.h>
+extern char map_tsan_gp;
+#define map_rcu_read_unlock()                                                  \
+	do {                                                                   \
+		__tsan_release(&map_tsan_gp);                                  \
+		urcu_bp_read_unlock();                                         \
+	} while (0)
+#else
+#define map_rcu_read_unlock() urcu_bp_read_unlock()
+#endif
+
 /* ------------------------------------------------------------------------
  * pager.c - pagers: shared references, the call to fill().
  */
@@ -370,6 +397,7 @@ struct faultd_region {
 	struct stat_block *stats;
 
 	struct faultd_region *next; /* ctx->regions, under map_lock */
+	struct faultd_region **pprev; /* what points at it: O(1) unlink */
 	char name[32];
 };
 
@@ -560,6 +588,7 @@ struct image {
 };
 
 int image_open(int fd, const char *path, struct image **imgp);
+int image_file_open(const char *path);
 void image_close(struct image *img);
 ssize_t image_read(const struct image *img, uint64_t off, void *buf,
 		   size_t len);
@@ -642,6 +671,7 @@ struct faultd_group {
 	struct handler *handlers;
 	unsigned int nregions;	/* under map_lock */
 	struct faultd_group *next; /* ctx->groups, under map_lock */
+	struct faultd_group **pprev; /* what points at it: O(1) unlink */
 };
 
 int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
@@ -649,6 +679,8 @@ int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
 void group_stop(struct faultd_group *g);
 int group_start_deferred(struct faultd_group *g);
 void group_free(struct faultd_group *g);
+void group_link_locked(struct faultd_group *g);
+void group_unlink_locked(struct faultd_group *g);
 bool in_handler_of(const struct faultd_ctx *ctx);
 
 /* ------------------------------------------------------------------------

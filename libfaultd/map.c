@@ -2,12 +2,13 @@
 /*
  * map.c - the region map: which region holds an address.
  *
- * The map is an immutable sorted array of (base, region), published with
- * rcu_assign_pointer() - the user-space counterpart of the maple tree walked
- * under RCU. Lookups take no lock: a handler thread inside an RCU read-side
- * section binary-searches the array it dereferenced. Updates run under the
- * context lock held for writing: copy the array with the change, publish
- * it, and free the old one after a grace period, outside the lock.
+ * The map is an immutable sorted array of (base, region), published with a
+ * release store (map_publish(), the kernel's rcu_assign_pointer()) - the
+ * user-space counterpart of the maple tree walked under RCU. Lookups take
+ * no lock: a handler thread inside an RCU read-side section binary-searches
+ * the array it dereferenced. Updates run under the context lock held for
+ * writing: copy the array with the change, publish it, and free the old
+ * one after a grace period, outside the lock.
  *
  * The old array is freed after synchronize_rcu() rather than call_rcu():
  * liburcu requires call_rcu() callers to be registered reader threads, and
@@ -33,10 +34,24 @@ static struct region_map *map_alloc(size_t nr)
 {
 	struct region_map *m;
 
-	m = malloc(sizeof(*m) + nr * sizeof(m->e[0]));
+	m = fd_malloc(sizeof(*m) + nr * sizeof(m->e[0]));
 	if (m)
 		m->nr = nr;
 	return m;
+}
+
+#ifdef FAULTD_TSAN
+char map_tsan_gp; /* see map_rcu_read_unlock() */
+#endif
+
+/*
+ * Publish @n: a release store, as the kernel's rcu_assign_pointer() is.
+ * liburcu 0.13's is a fence and a volatile store, the same on x86 but not
+ * an ordering ThreadSanitizer can see.
+ */
+static void map_publish(struct faultd_ctx *ctx, struct region_map *n)
+{
+	__atomic_store_n(&ctx->map, n, __ATOMIC_RELEASE);
 }
 
 static void map_atfork(void)
@@ -124,7 +139,7 @@ int map_insert_locked(struct faultd_ctx *ctx, struct faultd_region *r,
 	memcpy(n->e, m->e, i * sizeof(m->e[0]));
 	n->e[i] = (struct map_entry){ .base = r->base, .region = r };
 	memcpy(n->e + i + 1, m->e + i, (m->nr - i) * sizeof(m->e[0]));
-	rcu_assign_pointer(ctx->map, n);
+	map_publish(ctx, n);
 	*old = m;
 	return 0;
 }
@@ -165,7 +180,7 @@ struct region_map *map_remove_locked(struct faultd_ctx *ctx,
 	}
 	memcpy(n->e, m->e, i * sizeof(m->e[0]));
 	memcpy(n->e + i, m->e + i + 1, (m->nr - i - 1) * sizeof(m->e[0]));
-	rcu_assign_pointer(ctx->map, n);
+	map_publish(ctx, n);
 	return m;
 }
 
@@ -178,5 +193,8 @@ struct region_map *map_remove_locked(struct faultd_ctx *ctx,
 void map_free_after_gp(struct region_map *old)
 {
 	urcu_bp_synchronize_rcu();
+#ifdef FAULTD_TSAN
+	__tsan_acquire(&map_tsan_gp);
+#endif
 	free(old);
 }

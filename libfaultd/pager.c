@@ -19,7 +19,7 @@
 
 struct pager_ref *pager_ref_new(const struct faultd_pager *p)
 {
-	struct pager_ref *ref = malloc(sizeof(*ref));
+	struct pager_ref *ref = fd_malloc(sizeof(*ref));
 
 	if (!ref)
 		return NULL;

@@ -297,12 +297,14 @@ static void *pf_main(void *arg)
 
 static int pf_start(struct pf_pool *pool, unsigned int i)
 {
-	struct pf_worker *w = malloc(sizeof(*w));
+	struct pf_worker *w = fd_malloc(sizeof(*w));
 	int ret;
 
 	pool->staging[i] = mmap(NULL, PF_CHUNK, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (!w || pool->staging[i] == MAP_FAILED) {
+		if (pool->staging[i] != MAP_FAILED)
+			munmap(pool->staging[i], PF_CHUNK);
 		pool->staging[i] = NULL;
 		free(w);
 		return -ENOMEM;
@@ -339,7 +341,7 @@ static struct pf_pool *pf_pool_get(struct faultd_ctx *ctx, int *err)
 	pool = ctx->pf;
 	if (pool)
 		goto out;
-	pool = calloc(1, sizeof(*pool));
+	pool = fd_calloc(1, sizeof(*pool));
 	*err = -ENOMEM;
 	if (!pool)
 		goto out;
@@ -489,7 +491,7 @@ int prefetch_setup(struct faultd_region *r)
 
 	if (!r->ra_max)
 		return 0;
-	r->ra = calloc(1, sizeof(*r->ra));
+	r->ra = fd_calloc(1, sizeof(*r->ra));
 	if (!r->ra)
 		return -ENOMEM;
 	pthread_mutex_init(&r->ra->lock, NULL);

@@ -32,9 +32,12 @@ int proto_send(int sock, const void *msg, const int *fds, unsigned int nfds)
 	struct iovec iov = { .iov_base = (void *)msg, .iov_len = h->len };
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t n;
+	int err;
 
 	if (nfds > 4)
 		return -EINVAL;
+	if (inject_fail(INJ_SEND, &err))
+		return err;
 	if (nfds) {
 		struct cmsghdr *c;
 
@@ -93,7 +96,10 @@ ssize_t proto_recv(int sock, void *buf, size_t max, int *fds,
 			    .msg_control = ctl, .msg_controllen = sizeof(ctl) };
 	unsigned int got;
 	ssize_t n;
+	int err;
 
+	if (inject_fail(INJ_RECV, &err))
+		return err;
 	do
 		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);

@@ -274,7 +274,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 					  const struct region_init *init,
 					  size_t ps)
 {
-	struct faultd_region *r = calloc(1, sizeof(*r));
+	struct faultd_region *r = fd_calloc(1, sizeof(*r));
 
 	if (!r) {
 		region_init_release(init);
@@ -311,10 +311,10 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	r->numa_policy = o->numa_policy;
 	r->numa_node = o->numa_node;
 	r->numa_nodes = o->numa_nodes;
-	r->bg_stats = aligned_alloc(CACHELINE, sizeof(*r->bg_stats));
+	r->bg_stats = fd_aligned_alloc(CACHELINE, sizeof(*r->bg_stats));
 	if (!r->bg_stats ||
 	    (r->wp_mode == WP_SYNC && dirty_alloc(r, r->max_len) < 0) ||
-	    evict_setup(r, o) < 0 || prefetch_setup(r) < 0) {
+	    evict_setup(r, o) < 0) {
 		region_free_unborn(r, !init);
 		return NULL;
 	}
@@ -359,8 +359,8 @@ static int region_attach_group(struct faultd_region *r,
 	}
 	r->group = g;
 	r->nr_stats = g->nthreads;
-	r->stats = aligned_alloc(CACHELINE, (g->nthreads ? g->nthreads : 1) *
-						    sizeof(*r->stats));
+	r->stats = fd_aligned_alloc(CACHELINE, (g->nthreads ? g->nthreads : 1) *
+						       sizeof(*r->stats));
 	if (!r->stats)
 		return -ENOMEM;
 	memset(r->stats, 0, (g->nthreads ? g->nthreads : 1) * sizeof(*r->stats));
@@ -387,32 +387,32 @@ static void region_link_locked(struct faultd_region *r)
 
 	pthread_mutex_lock(&ctx->stats_lock);
 	r->next = ctx->regions;
+	if (r->next)
+		r->next->pprev = &r->next;
+	r->pprev = &ctx->regions;
 	ctx->regions = r;
 	r->group->nregions++;
-	if (r->group->implicit) {
-		r->group->next = ctx->groups;
-		ctx->groups = r->group;
-	}
+	if (r->group->implicit)
+		group_link_locked(r->group);
 	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
-/* Unlink @r and fold its counters into the context's, in one step. */
+/*
+ * Unlink @r and fold its counters into the context's, in one step. The
+ * lists are doubly linked so that destroying n regions costs O(n), not
+ * O(n^2): with 16,000 regions the walk was 40% of the time.
+ */
 static void region_unlink_locked(struct faultd_region *r)
 {
 	struct faultd_ctx *ctx = r->ctx;
-	struct faultd_region **pr = &ctx->regions;
-	struct faultd_group **pg = &ctx->groups;
 
 	pthread_mutex_lock(&ctx->stats_lock);
-	while (*pr != r)
-		pr = &(*pr)->next;
-	*pr = r->next;
+	*r->pprev = r->next;
+	if (r->next)
+		r->next->pprev = r->pprev;
 	r->group->nregions--;
-	if (r->group->implicit) {
-		while (*pg != r->group)
-			pg = &(*pg)->next;
-		*pg = r->group->next;
-	}
+	if (r->group->implicit)
+		group_unlink_locked(r->group);
 	ctx_retire_stats_locked(ctx, r->stats, r->nr_stats);
 	ctx_retire_stats_locked(ctx, r->bg_stats, 1);
 	pthread_mutex_unlock(&ctx->stats_lock);
@@ -443,7 +443,10 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	r = region_alloc(ctx, o, init, (size_t)ps);
 	if (!r) /* what @init handed over is released */
 		return -ENOMEM;
-	ret = evict_start(r);
+	/* Threads: their errors (-EAGAIN) are not region_alloc()'s -ENOMEM. */
+	ret = prefetch_setup(r);
+	if (!ret)
+		ret = evict_start(r);
 	if (!ret)
 		ret = region_attach_group(r, o, init && init->deferred);
 	if (ret < 0)
@@ -543,10 +546,15 @@ FAULTD_EXPORT int faultd_region_destroy(struct faultd_region *r)
 	map_write_lock(ctx);
 	old = region_kill_locked(r);
 	clone_child_destroy_locked(r);
+	/*
+	 * Threads still asleep on a fault here now get SIGSEGV. Before the
+	 * unlock: once it is dropped, a new region of the group may be
+	 * mapped at this address, and the wake would send its faulting
+	 * threads back to fault again - a second message for each.
+	 */
+	uffd_wake(g->uffd, r->base, len);
 	map_write_unlock(ctx);
 
-	/* Threads still asleep on a fault here now get SIGSEGV. */
-	uffd_wake(g->uffd, r->base, len);
 	/* After the grace period no RCU reader can reach @r. */
 	map_free_after_gp(old);
 	if (g->implicit) {

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <urcu/futex.h>
 
@@ -65,11 +66,11 @@ static void image_release(void *arg)
 
 static int restore_image(const char *path, struct image **imgp)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = image_file_open(path);
 	int ret;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	ret = image_open(fd, path, imgp);
 	close(fd);
 	return ret;
@@ -86,21 +87,42 @@ static void restore_done(struct restore *rs)
 }
 
 /*
+ * Start the region's own handler threads. Nothing else serves its faults
+ * now: they wait for these threads, so a failure (threads short for a
+ * while: EAGAIN) is retried every 10 ms until they run or the region goes.
+ */
+static void restore_start_handlers(struct faultd_region *r)
+{
+	const struct timespec pause = { .tv_nsec = 10 * 1000 * 1000 };
+	int ret;
+
+	for (int tries = 0; (ret = group_start_deferred(r->group)) < 0;
+	     tries++) {
+		if (!tries)
+			fd_err(r->ctx, "%s: cannot start handlers to take "
+				       "over from the daemon: %s; retrying",
+			       r->name, strerror(-ret));
+		if (atomic_load(&r->rs->closing))
+			return;
+		nanosleep(&pause, NULL);
+	}
+}
+
+/*
  * The daemon is gone or finished: serve the region here from now on, and
  * wake every thread asleep on it (the daemon may have read their faults).
  */
 static void restore_take_over(struct faultd_region *r, bool died)
 {
 	struct restore *rs = r->rs;
-	int ret = group_start_deferred(r->group);
 
-	if (ret < 0)
-		fd_err(r->ctx, "%s: cannot start handlers to take over from "
-			       "the daemon: %s", r->name, strerror(-ret));
+	restore_start_handlers(r);
 	if (died)
 		fd_warn(r->ctx, "%s: the daemon went away: serving the region "
 				"in this process", r->name);
+	pthread_mutex_lock(&rs->lock); /* faultd_restore_progress() reads it */
 	rs->daemon_died = died;
+	pthread_mutex_unlock(&rs->lock);
 	uffd_wake(r->group->uffd, r->base, atomic_load(&r->len));
 	/* What the daemon did not push yet, the library fills now. */
 	if (died && !(rs->flags & FAULTD_RESTORE_LAZY) &&
@@ -144,10 +166,11 @@ static void *restore_watch(void *arg)
 /* REGISTER the region's range, with its uffd and the image. */
 static int restore_register(struct faultd_region *r, int sock)
 {
-	struct {
+	union {
 		struct proto_register reg;
-		struct proto_range range;
-	} m = { .range = { r->base, atomic_load(&r->len), 0 } };
+		char buf[sizeof(struct proto_register) +
+			 sizeof(struct proto_range)];
+	} m = { .reg = { .nr_ranges = 1 } };
 	union {
 		struct proto_ack ack;
 		struct proto_error err;
@@ -159,7 +182,7 @@ static int restore_register(struct faultd_region *r, int sock)
 
 	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
 	m.reg.uffd_features = r->group->features;
-	m.reg.nr_ranges = 1;
+	m.reg.r[0] = (struct proto_range){ r->base, atomic_load(&r->len), 0 };
 	if (r->rs->flags & FAULTD_RESTORE_LAZY)
 		m.reg.flags |= PROTO_REG_LAZY;
 	ret = proto_send(sock, &m, fds, 2);
@@ -311,7 +334,7 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 	ret = restore_region(ctx, img, &o, &r); /* the pager owns img now */
 	if (ret < 0)
 		return ret;
-	r->rs = calloc(1, sizeof(*r->rs));
+	r->rs = fd_calloc(1, sizeof(*r->rs));
 	if (!r->rs) {
 		faultd_region_destroy(r);
 		return -ENOMEM;

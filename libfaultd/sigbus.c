@@ -305,14 +305,14 @@ static void staging_free(struct sig_staging *st)
 
 static int staging_alloc(struct faultd_region *r)
 {
-	struct sig_staging *st = calloc(1, sizeof(*st));
+	struct sig_staging *st = fd_calloc(1, sizeof(*st));
 
 	if (!st)
 		return -ENOMEM;
 	st->len = r->fault_around > r->page_size ? r->fault_around
 						 : r->page_size;
-	st->poisoned = calloc((r->max_len / r->page_size + 63) / 64,
-			      sizeof(uint64_t));
+	st->poisoned = fd_calloc((r->max_len / r->page_size + 63) / 64,
+				 sizeof(uint64_t));
 	if (!st->poisoned) {
 		free(st);
 		return -ENOMEM;

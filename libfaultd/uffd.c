@@ -57,6 +57,48 @@ static int uffd_open_raw(bool nonblock)
 	return fd;
 }
 
+/* The feature probe's own ioctls are no failure points (see inject.h). */
+static __thread bool probing;
+
+/* The failure point of a userfaultfd ioctl; INJ_NR: none. */
+static enum inject_point ioctl_point(unsigned long req)
+{
+	switch (req) {
+	case UFFDIO_REGISTER:
+		return INJ_REGISTER;
+	case UFFDIO_COPY:
+		return INJ_COPY;
+	case UFFDIO_ZEROPAGE:
+		return INJ_ZEROPAGE;
+	case UFFDIO_WAKE:
+		return INJ_WAKE;
+	case UFFDIO_WRITEPROTECT:
+		return INJ_WRITEPROTECT;
+	case UFFDIO_CONTINUE:
+		return INJ_CONTINUE;
+	case UFFDIO_POISON:
+		return INJ_POISON;
+	default:
+		return INJ_NR;
+	}
+}
+
+/*
+ * Every ioctl on a userfaultfd after the handshake goes through here, so
+ * that an injected failure looks to the wrappers like the kernel's own:
+ * -1 with errno, nothing done.
+ */
+static int uffd_ioctl(int fd, unsigned long req, void *arg)
+{
+	int err;
+
+	if (!probing && inject_fail(ioctl_point(req), &err)) {
+		errno = -err;
+		return -1;
+	}
+	return ioctl(fd, req, arg);
+}
+
 static int uffd_api(int fd, uint64_t features, struct uffdio_api *api)
 {
 	memset(api, 0, sizeof(*api));
@@ -196,9 +238,11 @@ static void probe_kernel(void)
 	}
 	if (pagemap_scan_works())
 		probed.have |= FAULTD_HAVE_PAGEMAP_SCAN;
+	probing = true;
 	if ((probed.have & FAULTD_HAVE_MINOR_SHMEM) &&
 	    (probed.have & FAULTD_HAVE_WP_SHMEM) && continue_wp_works())
 		probed.have |= FAULTD_HAVE_CONTINUE_WP;
+	probing = false;
 }
 
 int uffd_probe(struct faultd_features *f)
@@ -240,7 +284,7 @@ int uffd_register(int fd, uintptr_t start, size_t len, uint64_t mode,
 		.mode = mode,
 	};
 
-	if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0)
+	if (uffd_ioctl(fd, UFFDIO_REGISTER, &reg) < 0)
 		return -errno;
 	if (ioctls)
 		*ioctls = reg.ioctls;
@@ -251,7 +295,7 @@ int uffd_unregister(int fd, uintptr_t start, size_t len)
 {
 	struct uffdio_range range = { .start = start, .len = len };
 
-	return ioctl(fd, UFFDIO_UNREGISTER, &range) < 0 ? -errno : 0;
+	return uffd_ioctl(fd, UFFDIO_UNREGISTER, &range) < 0 ? -errno : 0;
 }
 
 /* Returns the number of messages read, or -errno (-EAGAIN when none). */
@@ -289,7 +333,7 @@ ssize_t uffd_copy(int fd, uintptr_t dst, const void *src, size_t len,
 		.len = len,
 		.mode = mode,
 	};
-	int ret = ioctl(fd, UFFDIO_COPY, &c);
+	int ret = uffd_ioctl(fd, UFFDIO_COPY, &c);
 
 	return fill_result(ret, errno, c.copy, len);
 }
@@ -300,7 +344,7 @@ ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode)
 		.range = { .start = dst, .len = len },
 		.mode = mode,
 	};
-	int ret = ioctl(fd, UFFDIO_ZEROPAGE, &z);
+	int ret = uffd_ioctl(fd, UFFDIO_ZEROPAGE, &z);
 
 	return fill_result(ret, errno, z.zeropage, len);
 }
@@ -311,7 +355,7 @@ ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode)
 		.range = { .start = dst, .len = len },
 		.mode = mode,
 	};
-	int ret = ioctl(fd, UFFDIO_CONTINUE, &c);
+	int ret = uffd_ioctl(fd, UFFDIO_CONTINUE, &c);
 
 	return fill_result(ret, errno, c.mapped, len);
 }
@@ -324,14 +368,14 @@ int uffd_writeprotect(int fd, uintptr_t start, size_t len, bool wp)
 		.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
 	};
 
-	return ioctl(fd, UFFDIO_WRITEPROTECT, &w) < 0 ? -errno : 0;
+	return uffd_ioctl(fd, UFFDIO_WRITEPROTECT, &w) < 0 ? -errno : 0;
 }
 
 int uffd_wake(int fd, uintptr_t start, size_t len)
 {
 	struct uffdio_range range = { .start = start, .len = len };
 
-	return ioctl(fd, UFFDIO_WAKE, &range) < 0 ? -errno : 0;
+	return uffd_ioctl(fd, UFFDIO_WAKE, &range) < 0 ? -errno : 0;
 }
 
 int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode)
@@ -340,7 +384,7 @@ int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode)
 		.range = { .start = start, .len = len },
 		.mode = mode,
 	};
-	int ret = ioctl(fd, UFFDIO_POISON, &p);
+	int ret = uffd_ioctl(fd, UFFDIO_POISON, &p);
 
 	ret = (int)fill_result(ret, errno, p.updated, len);
 	return ret < 0 ? ret : 0;

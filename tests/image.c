@@ -15,6 +15,8 @@
 #define BLOCK (64 * 1024ul)
 
 static char dir[] = "/var/tmp/faultd-image-XXXXXX";
+static char *paths[32]; /* made by path_of(), freed by teardown() */
+static size_t nr_paths;
 
 static void setup(void)
 {
@@ -27,17 +29,20 @@ static void teardown(void)
 
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_assert_eq(system(cmd), 0);
+	while (nr_paths)
+		free(paths[--nr_paths]);
 }
 
 TestSuite(image, .init = setup, .fini = teardown, .timeout = 120);
 
-/* A path in the test's directory (leaked: the test is short). */
+/* A path in the test's directory; teardown() frees it. */
 static const char *path_of(const char *name)
 {
 	char *p;
 
+	cr_assert(nr_paths < sizeof(paths) / sizeof(paths[0]));
 	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return p;
+	return paths[nr_paths++] = p;
 }
 
 static struct faultd_ctx *ctx_new(void)
@@ -243,6 +248,28 @@ static int try_restore(struct faultd_ctx *ctx, const char *path)
 	if (!ret)
 		faultd_region_destroy(r);
 	return ret;
+}
+
+/* A FIFO where an image or its parent should be is refused at once: an
+ * open that blocked for a writer would hang the restore forever. */
+Test(image, fifo_as_image_or_parent_is_refused)
+{
+	size_t len = 8 * BLOCK;
+	struct faultd_ctx *ctx = ctx_new();
+	struct faultd_region *r = sample_region(ctx, len, FAULTD_REGION_WP);
+	const char *full = path_of("fbase"), *inc = path_of("finc");
+	struct faultd_checkpoint_opts o = { .size = sizeof(o),
+					    .flags = FAULTD_CKPT_INCREMENTAL,
+					    .parent = full };
+
+	cr_assert_eq(faultd_checkpoint(r, full, NULL), 0);
+	memset(faultd_region_base(r), 0x42, 10);
+	cr_assert_eq(faultd_checkpoint(r, inc, &o), 0);
+	cr_assert_eq(unlink(full), 0);
+	cr_assert_eq(mkfifo(full, 0600), 0);
+	cr_assert_eq(try_restore(ctx, full), -EINVAL, "the image is a FIFO");
+	cr_assert_eq(try_restore(ctx, inc), -EINVAL, "the parent is a FIFO");
+	faultd_ctx_destroy(ctx);
 }
 
 Test(image, damaged_tables_and_versions_are_refused)
