@@ -122,7 +122,7 @@ struct timing {
 
 static const char *temp_image; /* removed by die() */
 
-static void die(const char *what, int err)
+static _Noreturn void die(const char *what, int err)
 {
 	fprintf(stderr, "vmm: %s: %s\n", what, strerror(err));
 	if (temp_image)

@@ -28,13 +28,17 @@
 static char dir[] = "/var/tmp/faultd-daemon-XXXXXX";
 static char sock[256];
 static pid_t daemon_pid;
+static char *paths[32]; /* made by path_of(), freed by teardown() */
+static size_t nr_paths;
 
+/* A path in the test's directory; teardown() frees it. */
 static const char *path_of(const char *name)
 {
 	char *p;
 
+	cr_assert(nr_paths < sizeof(paths) / sizeof(paths[0]));
 	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return p;
+	return paths[nr_paths++] = p;
 }
 
 /* Start the daemon and wait (with a deadline) until it accepts. */
@@ -95,6 +99,8 @@ static void teardown(void)
 		daemon_kill(daemon_pid, SIGTERM);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_assert_eq(system(cmd), 0);
+	while (nr_paths)
+		free(paths[--nr_paths]);
 }
 
 TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 240);
@@ -344,16 +350,17 @@ static struct raw raw_client(const char *image, size_t len, uint64_t features)
 	return c;
 }
 
-struct reg_msg {
+/* REGISTER with room for two ranges; buf first, so "= { 0 }" zeroes all. */
+union reg_msg {
+	char buf[sizeof(struct proto_register) + 2 * sizeof(struct proto_range)];
 	struct proto_register reg;
-	struct proto_range r[2];
 };
 
 /* Send REGISTER with @n ranges and @fds; the reply's error (0: ACK). */
 static int raw_register(struct raw *c, const struct proto_range *r,
 			unsigned int n, const int *fds, unsigned int nfds)
 {
-	struct reg_msg m = { 0 };
+	union reg_msg m = { 0 };
 	union {
 		struct proto_hdr h;
 		struct proto_ack ack;
@@ -363,9 +370,9 @@ static int raw_register(struct raw *c, const struct proto_range *r,
 	ssize_t len;
 
 	proto_init(&m.reg.h, MSG_REGISTER,
-		   sizeof(m.reg) + n * sizeof(m.r[0]));
+		   sizeof(m.reg) + n * sizeof(m.reg.r[0]));
 	m.reg.nr_ranges = n;
-	memcpy(m.r, r, n * sizeof(*r));
+	memcpy(m.reg.r, r, n * sizeof(*r));
 	cr_assert_eq(proto_send(c->sock, &m, fds, nfds), 0);
 	len = proto_recv(c->sock, &u, sizeof(u), NULL, 0, NULL);
 	cr_assert_gt(len, 0);
@@ -406,7 +413,7 @@ static int reply_to(const void *m, size_t n)
 Test(daemon, malformed_messages_get_precise_errors)
 {
 	struct proto_hdr h;
-	struct reg_msg m = { 0 };
+	union reg_msg m = { 0 };
 
 	proto_init(&h, 77, sizeof(h));
 	cr_expect_eq(reply_to(&h, sizeof(h)), -EPROTO, "unknown type");

@@ -176,7 +176,9 @@ static void *keep_writing(void *arg)
 		size_t p = ((size_t)rand_r(&seed) % (NPAGES / 3)) * 3;
 		long started_after = atomic_load(w->returned);
 
-		w->base[p * PAGE + 8] = (char)seed;
+		/* Relaxed atomic: two writers may pick the same page. */
+		__atomic_store_n(&w->base[p * PAGE + 8], (char)seed,
+				 __ATOMIC_RELAXED);
 		atomic_fetch_or(&w->written[p / 64], 1ull << (p % 64));
 		atomic_max_long(&w->last_start[p], started_after);
 	}

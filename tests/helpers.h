@@ -25,6 +25,18 @@
 #define PAGE 4096ul
 #define MIB (1ul << 20)
 
+/* A ThreadSanitizer build (scripts/sanitize.sh tsan). */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
 /* The content of byte @off of a region tagged @tag: a function of both. */
 static inline uint64_t pattern_word(uint64_t tag, uint64_t off)
 {
