@@ -1,7 +1,8 @@
 # A thin wrapper over meson for the two-command quick start:
 #   make demo   install what is missing, build, run the demo (a lazy
 #               restore through the faultd daemon)
-#   make test   the same, then the whole test suite
+#   make test   the same, then the whole test suite, the fault injection
+#               suite, the suites under sanitizers and the fuzzers (CI)
 #   make bench  the benchmarks, and thread sweeps plotted into $(PLOTS)
 #   make numa-check  the tests and placement on a two-node NUMA guest
 #               running the Debian 12 kernel (6.1), see scripts/
@@ -10,8 +11,12 @@ MESON_OPTS ?=
 MINUTES ?= 10
 PLOTS ?= docs/plots
 SWEEP_OPTS ?= --seconds 0.5 --rounds 3
+FI_BUILD ?= build-fi
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build demo test bench numa-check stress clean
+.PHONY: all deps build demo test check-inject check-sanitize check-fuzz \
+	bench numa-check stress clean
 
 all: build
 
@@ -34,8 +39,24 @@ demo: build
 	./$(BUILD)/examples/checkpoint_restore --socket $$sock; rc=$$?; \
 	kill $$daemon; wait $$daemon; exit $$rc
 
+# The plain suites, then what CI runs besides: the failure points (a build
+# with -Dfault-injection=true), the suites under ASan+UBSan and TSan
+# (scripts/sanitize.sh), and each fuzzer for FUZZ_SECONDS.
 test: build
 	meson test -C $(BUILD) --print-errorlogs
+	@$(MAKE) --no-print-directory check-inject check-sanitize check-fuzz
+
+check-inject: build
+	@[ -f $(FI_BUILD)/build.ninja ] || meson setup $(FI_BUILD) \
+		-Dfault-injection=true -Dexamples=false -Dbench=false
+	ninja -C $(FI_BUILD) tests/test-inject daemon/faultd
+	meson test -C $(FI_BUILD) --no-rebuild --suite inject --print-errorlogs
+
+check-sanitize: deps
+	sh scripts/sanitize.sh all
+
+check-fuzz: deps
+	sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # Every scenario with short rounds, then short sweeps of pf1 and lock over
 # the thread counts this machine has, as CSV and figures (bench/plot).
@@ -58,4 +79,4 @@ numa-check: build
 	bash scripts/numa-check.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FI_BUILD) $(FUZZ_BUILD) build-asan build-tsan

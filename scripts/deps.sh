@@ -7,7 +7,7 @@ set -u
 
 PKGS="gcc libc6-dev make pkg-config meson ninja-build
 liburing-dev libnuma-dev liburcu-dev libhugetlbfs-dev libcriterion-dev
-g++ mandoc clang
+g++ mandoc clang libclang-rt-dev
 ${FAULTD_EXTRA_PKGS:-}"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

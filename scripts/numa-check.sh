@@ -89,8 +89,9 @@ copy_with_libs "$build/bench/faultd-bench"
 # ldd does not list it.
 gcc_s=$(ldconfig -p | awk '/libgcc_s.so.1 .*x86-64/ && !n++ { print $NF }')
 [ -n "$gcc_s" ] && cp -L --parents "$gcc_s" "$root"
-# The suite as meson runs it (names, timeouts, arguments, environment),
-# its Criterion programs only: the "install" suite checks headers, man
+# The suite as meson runs it (names, timeouts, arguments, environment, the
+# programs the environment names - the faultd daemon - copied too), its
+# Criterion programs only: the "install" suite checks headers, man
 # pages and the ABI with the toolchain, nothing that depends on the kernel.
 meson introspect "$build" --tests | python3 -c '
 import json, os, shlex, sys
@@ -98,7 +99,12 @@ for t in json.load(sys.stdin):
     exe = t["cmd"][0]
     if not os.path.basename(exe).startswith("test-"):
         continue
-    env = ["%s=%s" % kv for kv in sorted(t["env"].items())]
+    env = []
+    for k, v in sorted(t["env"].items()):
+        if os.path.isfile(v) and os.access(v, os.X_OK):
+            print(v, file=sys.stderr)  # a program the test runs: FAULTD_DAEMON
+            v = "/t/" + os.path.basename(v)
+        env.append("%s=%s" % (k, v))
     print("run suite-%s %d env %s ./%s %s" % (t["name"], t["timeout"] or 300,
           " ".join(shlex.quote(e) for e in env), os.path.basename(exe),
           " ".join(shlex.quote(a) for a in t["cmd"][1:])))
