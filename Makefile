@@ -4,6 +4,7 @@
 #   make test   the same, then the whole test suite, the fault injection
 #               suite, the suites under sanitizers and the fuzzers (CI)
 #   make bench  the benchmarks, and thread sweeps plotted into $(PLOTS)
+#   make stress MINUTES=n  a long run of the stress and load suites
 #   make numa-check  the tests and placement on a two-node NUMA guest
 #               running the Debian 12 kernel (6.1), see scripts/
 BUILD ?= build
@@ -57,6 +58,10 @@ check-sanitize: deps
 
 check-fuzz: deps
 	sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# The stress and load suites for about MINUTES minutes (scripts/stress.sh).
+stress: build
+	sh scripts/stress.sh $(BUILD) $(MINUTES)
 
 # Every scenario with short rounds, then short sweeps of pf1 and lock over
 # the thread counts this machine has, as CSV and figures (bench/plot).

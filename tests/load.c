@@ -394,9 +394,14 @@ static void out_of_fds_pass(unsigned int spare)
 		cr_assert_lt(n, spare / 2, "more regions than descriptors");
 		n++;
 	}
-	before = resources_under(limit, normal.rlim_cur);
 	cr_assert_eq(ret, -EMFILE, "%s", strerror(-ret));
 	cr_assert_eq(n, spare / 2);
+	/* Served before counting: a handler thread's first steps (glibc
+	 * gives its first malloc an arena: a mapping) are not a leak. */
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(pattern_check(RTAG, 0, faultd_region_base(r[i]),
+					   RPAGES * PAGE), 0);
+	before = resources_under(limit, normal.rlim_cur);
 	cr_assert_eq(faultd_region_create(ctx, &o, &r[n]), -EMFILE);
 	after = resources_under(limit, normal.rlim_cur);
 	assert_same_resources(before, after, "a failed create");
@@ -404,9 +409,6 @@ static void out_of_fds_pass(unsigned int spare)
 	cr_assert_eq(faultd_region_create(ctx, &o, &in_group), 0);
 	cr_assert_eq(pattern_check(RTAG, 0, faultd_region_base(in_group),
 				   RPAGES * PAGE), 0);
-	for (size_t i = 0; i < n; i++)
-		cr_assert_eq(pattern_check(RTAG, 0, faultd_region_base(r[i]),
-					   RPAGES * PAGE), 0);
 	set_nofile(normal.rlim_cur);
 	faultd_ctx_destroy(ctx);
 }
