@@ -508,16 +508,62 @@ static int fault_unprotect(struct fault *f)
 }
 
 /*
+ * Two handlers can each read a WP message for one page (two writers, or
+ * a writer woken and faulting again before the first message is
+ * answered); by the time the second runs, the first may have unprotected
+ * the page and the write landed. The write hook must run once, before the
+ * write: so it runs under a lock striped by page address, and only while
+ * the page is still write-protected (pagemap's PM_UFFD_WP); a message
+ * for a page no longer protected is answered with a wake. The lock is
+ * taken only by WP faults of regions with a hook.
+ */
+#define WP_STRIPES 64
+static pthread_mutex_t wp_stripe[WP_STRIPES] = {
+	[0 ... WP_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
+};
+
+static pthread_mutex_t *wp_stripe_of(const struct fault *f)
+{
+	return &wp_stripe[(f->addr / f->r->page_size) % WP_STRIPES];
+}
+
+/* Is the page still write-protected? Yes when pagemap cannot tell: a hook
+ * run twice is better than a first write without one. */
+static bool wp_still_protected(const struct fault *f)
+{
+	uint64_t pm;
+
+	return mem_pagemap(f->r->ctx, f->addr, 1, &pm) < 0 ||
+	       (pm & PM_UFFD_WP);
+}
+
+/*
  * do_wp_fault() - the first write to a write-protected page. The page is
  * present and read-only: the write hook sees its old content in place.
  */
 static int do_wp_fault(struct fault *f)
 {
+	pthread_mutex_t *stripe = f->r->write_hook ? wp_stripe_of(f) : NULL;
+	int ret;
+
 	fault_commit(f, ST_WP);
 	if (f->r->cow) /* a clone's page, installed read-only: now its own */
 		stat_inc(f->st, ST_COW);
-	fault_before_write(f, (const void *)f->addr);
-	return fault_unprotect(f);
+	if (!stripe) {
+		fault_before_write(f, (const void *)f->addr);
+		return fault_unprotect(f);
+	}
+	pthread_mutex_lock(stripe);
+	if (wp_still_protected(f)) {
+		fault_before_write(f, (const void *)f->addr);
+		ret = fault_unprotect(f);
+	} else {
+		/* Answered already: unprotecting again could undo a protect
+		 * made since, and let a write pass without its hook. */
+		ret = fault_wake(f);
+	}
+	pthread_mutex_unlock(stripe);
+	return ret;
 }
 
 /*

@@ -422,6 +422,7 @@ int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
 		uint64_t *pm);
 #define PM_PRESENT (1ull << 63)
 #define PM_SWAPPED (1ull << 62)
+#define PM_UFFD_WP (1ull << 57)	/* the PTE is userfaultfd write-protected */
 void region_read_unlock(struct faultd_region *r);
 
 /* ------------------------------------------------------------------------

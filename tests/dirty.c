@@ -331,6 +331,87 @@ Test(dirty, write_hook_sees_old_content, .timeout = 30)
 	faultd_ctx_destroy(ctx);
 }
 
+/*
+ * Three writers write one protected page at once, round after round, with
+ * two handler threads: two WP messages for the page are common. The hook
+ * must run exactly once a round, and see the page as it was before the
+ * round (its first word @round), never a writer's value.
+ */
+#define RACE_ROUNDS 3000
+#define RACE_WRITERS 3
+
+struct hook_race {
+	atomic_int calls;
+	atomic_int stale;	/* hooks that saw a written value */
+	uint64_t stale_old, stale_round;
+	uint64_t round;		/* the page's first word before the writes */
+	pthread_barrier_t go, done;
+	volatile uint64_t *page;
+};
+
+static void count_old(void *arg, struct faultd_region *r, uint64_t off,
+		      const void *old)
+{
+	struct hook_race *h = arg;
+
+	(void)r;
+	(void)off;
+	atomic_fetch_add(&h->calls, 1);
+	if (*(const volatile uint64_t *)old != h->round &&
+	    !atomic_fetch_add(&h->stale, 1)) {
+		h->stale_old = *(const volatile uint64_t *)old;
+		h->stale_round = h->round;
+	}
+}
+
+static void *race_writer(void *arg)
+{
+	struct hook_race *h = arg;
+
+	for (int i = 0; i < RACE_ROUNDS; i++) {
+		pthread_barrier_wait(&h->go);
+		__atomic_store_n(&h->page[1], h->round + 1, __ATOMIC_RELAXED);
+		pthread_barrier_wait(&h->done);
+	}
+	return NULL;
+}
+
+Test(dirty, write_hook_runs_once_when_writers_race, .timeout = 120)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct hook_race h = { 0 };
+	struct faultd_region *r =
+		tracked(ctx, FAULTD_REGION_WP, 0, count_old, &h);
+	pthread_t t[RACE_WRITERS];
+	int base;
+
+	h.page = faultd_region_base(r);
+	h.round = pattern_word(5, 0); /* the pager's first word of page 0 */
+	h.page[0] = 0; /* filled for a write: one hook call, writable now */
+	base = atomic_load(&h.calls);
+	pthread_barrier_init(&h.go, NULL, RACE_WRITERS + 1);
+	pthread_barrier_init(&h.done, NULL, RACE_WRITERS + 1);
+	for (int i = 0; i < RACE_WRITERS; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, race_writer, &h), 0);
+	for (uint64_t i = 0; i < RACE_ROUNDS; i++) {
+		h.round = i;
+		h.page[0] = i;
+		cr_assert_eq(faultd_region_protect(r, 0, PAGE), 0);
+		pthread_barrier_wait(&h.go);
+		pthread_barrier_wait(&h.done);
+		cr_assert_eq(atomic_load(&h.calls) - base, (int)i + 1,
+			     "round %llu: %d hook calls", (unsigned long long)i,
+			     atomic_load(&h.calls) - base);
+	}
+	for (int i = 0; i < RACE_WRITERS; i++)
+		pthread_join(t[i], NULL);
+	cr_expect_eq(atomic_load(&h.stale), 0,
+		     "%d hooks saw another page: first word %llu in round %llu",
+		     atomic_load(&h.stale), (unsigned long long)h.stale_old,
+		     (unsigned long long)h.stale_round);
+	faultd_ctx_destroy(ctx);
+}
+
 Test(dirty, bad_input_exact_errors)
 {
 	struct faultd_ctx *ctx = make_ctx();

@@ -325,8 +325,9 @@ enum faultd_numa_policy {
 /*
  * A write hook is called on the first write to a clean page of a
  * FAULTD_REGION_WP region, before the write lands: @old is the page's
- * content (read-only, valid during the call). A database logs the page
- * here. Context: a handler thread holding the region's read lock (or the
+ * content (read-only, valid during the call). It is called once per first
+ * write, even when several threads write the page at once. A database
+ * logs the page here. Context: a handler thread holding the region's read lock (or the
  * context lock for reading); it may sleep; it must not write to the
  * region, nor create, resize or destroy regions or groups of the context.
  */
