@@ -31,42 +31,11 @@
 #include "helpers.h"
 #include "internal.h"
 #include "proto.h"
+#include "resources.h"
 
 /* ------------------------------------------------------------------------
- * Resource counts
+ * Resource counts (tests/resources.h)
  */
-
-struct resources {
-	long fds;	/* entries of /proc/PID/fd */
-	long maps;	/* lines of /proc/PID/maps */
-	long threads;	/* entries of /proc/PID/task */
-};
-
-static long count_entries(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	long n = 0;
-
-	cr_assert(d, "%s: %s", path, strerror(errno));
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static long count_lines(const char *path)
-{
-	FILE *f = fopen(path, "re");
-	long n = 0;
-	int c;
-
-	cr_assert(f, "%s: %s", path, strerror(errno));
-	while ((c = getc(f)) != EOF)
-		n += c == '\n';
-	fclose(f);
-	return n;
-}
 
 /* Lines of @path that contain @needle. */
 static long count_matching(const char *path, const char *needle)
@@ -80,46 +49,6 @@ static long count_matching(const char *path, const char *needle)
 		n += strstr(line, needle) != NULL;
 	fclose(f);
 	return n;
-}
-
-/* The counts of process @pid (0: this one). */
-static struct resources resources_of(pid_t pid)
-{
-	char path[64], self[16] = "self";
-	struct resources r;
-
-	if (pid)
-		snprintf(self, sizeof(self), "%d", (int)pid);
-	snprintf(path, sizeof(path), "/proc/%s/fd", self);
-	r.fds = count_entries(path);
-	snprintf(path, sizeof(path), "/proc/%s/maps", self);
-	r.maps = count_lines(path);
-	snprintf(path, sizeof(path), "/proc/%s/task", self);
-	r.threads = count_entries(path);
-	return r;
-}
-
-static struct resources resources_now(void)
-{
-	return resources_of(0);
-}
-
-/* ASan's allocator maps memory as it needs it and keeps it. */
-#if defined(__SANITIZE_ADDRESS__)
-#define MAPS_KEPT 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MAPS_KEPT 1
-#endif
-#endif
-#ifndef MAPS_KEPT
-#define MAPS_KEPT 0
-#endif
-
-static bool resources_equal(struct resources a, struct resources b)
-{
-	return a.fds == b.fds && (MAPS_KEPT || a.maps == b.maps) &&
-	       a.threads == b.threads;
 }
 
 #define assert_same_resources(before, after, what)                             \
