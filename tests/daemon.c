@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 
+#include "daemon-helpers.h"
 #include "helpers.h"
 #include "internal.h"
 #include "proto.h"
@@ -41,36 +42,14 @@ static const char *path_of(const char *name)
 	return paths[nr_paths++] = p;
 }
 
-/* Start the daemon and wait (with a deadline) until it accepts. */
 static pid_t daemon_start(void)
 {
-	const char *exe = getenv("FAULTD_DAEMON");
-	uint64_t end = test_now_ns() + 5000000000ull;
-	pid_t pid;
-	int s;
-
-	cr_assert(exe, "FAULTD_DAEMON not set (run through meson test)");
-	pid = fork();
-	if (pid == 0) {
-		/* A test that dies must not leave its daemon behind. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(exe, exe, "--socket", sock, (char *)NULL);
-		_exit(127);
-	}
-	while ((s = proto_connect(sock)) < 0) {
-		cr_assert(test_now_ns() < end, "the daemon did not come up");
-		sched_yield();
-	}
-	close(s);
-	return pid;
+	return test_daemon_start(sock);
 }
 
 static void daemon_kill(pid_t pid, int sig)
 {
-	int status;
-
-	kill(pid, sig);
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	test_daemon_kill(pid, sig);
 }
 
 static bool daemon_alive(void)

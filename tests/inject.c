@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 
+#include "daemon-helpers.h"
 #include "helpers.h"
 #include "internal.h"
 #include "proto.h"
@@ -1036,37 +1037,15 @@ Test(inject, image_fault_read_failures_poison)
 
 static char sock_path[256];
 
-/* Start faultd (without FAULTD_INJECT) and wait until it accepts. */
 static pid_t daemon_start(void)
 {
-	const char *exe = getenv("FAULTD_DAEMON");
-	uint64_t end = test_now_ns() + 5000000000ull;
-	pid_t pid;
-	int s;
-
-	cr_assert(exe, "FAULTD_DAEMON not set (run through meson test)");
 	snprintf(sock_path, sizeof(sock_path), "%s/faultd.sock", dir);
-	pid = fork();
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		unsetenv("FAULTD_INJECT");
-		execl(exe, exe, "--socket", sock_path, (char *)NULL);
-		_exit(127);
-	}
-	while ((s = proto_connect(sock_path)) < 0) {
-		cr_assert(test_now_ns() < end, "the daemon did not come up");
-		sched_yield();
-	}
-	close(s);
-	return pid;
+	return test_daemon_start(sock_path);
 }
 
 static void daemon_stop(pid_t pid)
 {
-	int status;
-
-	kill(pid, SIGTERM);
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	test_daemon_kill(pid, SIGTERM);
 }
 
 static int restore_daemon(struct faultd_ctx *ctx, struct faultd_region **r)
