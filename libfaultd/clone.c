@@ -313,7 +313,10 @@ void clone_parent_destroy(struct faultd_region *parent)
 		s->parent = NULL;
 		pthread_rwlock_unlock(&s->child->lock);
 	}
+	/* Faults of the parent read snaps under its lock (fast path). */
+	pthread_rwlock_wrlock(&parent->lock);
 	parent->snaps = NULL;
+	pthread_rwlock_unlock(&parent->lock);
 	map_write_unlock(parent->ctx);
 }
 
