@@ -28,7 +28,6 @@ static int status_get(struct proto_status *st)
 {
 	struct proto_hdr req;
 	struct proto_hello hello;
-	const char *why;
 	static char def[108];
 	ssize_t n;
 	int s, ret;
@@ -40,16 +39,11 @@ static int status_get(struct proto_status *st)
 		return s;
 	ret = proto_hello(s, 0, &hello);
 	proto_init(&req, MSG_STATUS, sizeof(req));
-	if (!ret)
-		ret = proto_send(s, &req, NULL, 0);
-	n = ret ? ret : proto_recv(s, st, PROTO_MAX_MSG, NULL, 0, NULL);
+	n = ret ? ret : proto_call(s, &req, NULL, 0, st, PROTO_MAX_MSG);
 	close(s);
-	if (n <= 0)
-		return n ? (int)n : -ECONNRESET;
-	ret = proto_check(st, (size_t)n, &why);
-	if (!ret && st->h.type != MSG_STATUS)
-		ret = -EPROTO;
-	return ret;
+	if (n < 0)
+		return (int)n;
+	return st->h.type == MSG_STATUS ? 0 : -EPROTO;
 }
 
 static double pct(const struct proto_session *s)

@@ -70,22 +70,11 @@ static ssize_t recv_checked(int sock, void *buf, size_t max, int *fds,
 			    unsigned int max_fds, unsigned int *nfds)
 {
 	const char *why;
-	ssize_t n = proto_recv(sock, buf, max, fds, max_fds, nfds);
-	int ret;
+	ssize_t n = proto_recv_checked(sock, buf, max, fds, max_fds, nfds,
+				       &why);
 
-	if (n == -EMSGSIZE) {
-		proto_error_send(sock, -EMSGSIZE, "message too long");
-		return n;
-	}
-	if (n <= 0)
-		return n ? n : -ECONNRESET;
-	ret = proto_check(buf, (size_t)n, &why);
-	if (ret < 0) {
-		proto_error_send(sock, ret, "%s", why);
-		for (unsigned int i = 0; nfds && i < *nfds; i++)
-			close(fds[i]);
-		return ret;
-	}
+	if (n < 0 && why)
+		proto_error_send(sock, (int)n, "%s", why);
 	return n;
 }
 

@@ -428,25 +428,26 @@ static bool client_msg(struct session *s)
 	struct proto_progress p;
 	const char *why;
 	uint64_t ioff;
-	ssize_t n = proto_recv(s->sock, &u, sizeof(u), NULL, 0, NULL);
-	int ret;
+	ssize_t n = proto_recv_checked(s->sock, &u, sizeof(u), NULL, 0, NULL,
+				       &why);
 
-	if (n <= 0)
-		return false; /* the client closed: its region is gone */
-	ret = proto_check(&u, (size_t)n, &why);
-	if (!ret && u.h.type == MSG_STATS) {
+	if (n < 0) { /* closed (its region is gone), or malformed */
+		if (why)
+			proto_error_send(s->sock, (int)n, "%s", why);
+		return false;
+	}
+	if (u.h.type == MSG_STATS) {
 		session_progress(s, &p, MSG_PROGRESS);
 		return proto_send(s->sock, &p, NULL, 0) == 0;
 	}
-	if (!ret && u.h.type == MSG_PREFETCH) {
+	if (u.h.type == MSG_PREFETCH) {
 		pthread_rwlock_rdlock(&s->lock);
 		if (!addr_to_image_locked(s, u.pf.r.start, &ioff))
 			atomic_store(&s->prefetch_block, ioff / IMG_BLOCK);
 		pthread_rwlock_unlock(&s->lock);
 		return true;
 	}
-	proto_error_send(s->sock, ret ? ret : -EPROTO, "%s",
-			 ret ? why : "unexpected message in a session");
+	proto_error_send(s->sock, -EPROTO, "unexpected message in a session");
 	return false;
 }
 

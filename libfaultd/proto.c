@@ -221,6 +221,46 @@ int proto_connect(const char *path)
 }
 
 /*
+ * proto_recv_checked() - proto_recv() of one well-formed message.
+ * Returns its length, or -ECONNRESET (end of file), the error of
+ * proto_recv() or of proto_check(); *why (may be NULL) says what was
+ * wrong with a message that came (NULL for a socket error), and the
+ * descriptors a malformed one brought are closed.
+ */
+ssize_t proto_recv_checked(int sock, void *buf, size_t max, int *fds,
+			   unsigned int max_fds, unsigned int *nfds,
+			   const char **why)
+{
+	ssize_t n = proto_recv(sock, buf, max, fds, max_fds, nfds);
+	const char *w = n == -EMSGSIZE ? "message too long" : NULL;
+	int ret;
+
+	if (n > 0 && (ret = proto_check(buf, (size_t)n, &w)) < 0) {
+		for (unsigned int i = 0; nfds && i < *nfds; i++)
+			close(fds[i]);
+		n = ret;
+	}
+	if (why)
+		*why = w;
+	return n ? n : -ECONNRESET;
+}
+
+/*
+ * proto_call() - send @msg (with @nfds descriptors) and receive the
+ * well-formed reply into @reply (at most @max bytes). Returns the reply's
+ * length or an error of proto_send() or proto_recv_checked().
+ */
+ssize_t proto_call(int sock, const void *msg, const int *fds,
+		   unsigned int nfds, void *reply, size_t max)
+{
+	int ret = proto_send(sock, msg, fds, nfds);
+
+	return ret < 0 ? ret
+		       : proto_recv_checked(sock, reply, max, NULL, 0, NULL,
+					    NULL);
+}
+
+/*
  * proto_hello() - the opening exchange. Returns 0 and the daemon's HELLO,
  * or the error the daemon sent, -EPROTONOSUPPORT (no common version),
  * -ECONNRESET (it closed), -EBADMSG (a malformed reply).
@@ -234,20 +274,12 @@ int proto_hello(int sock, uint64_t features, struct proto_hello *reply)
 		struct proto_hello hello;
 		struct proto_error err;
 	} u;
-	const char *why;
 	ssize_t n;
-	int ret;
 
 	proto_init(&hi.h, MSG_HELLO, sizeof(hi));
-	ret = proto_send(sock, &hi, NULL, 0);
-	if (ret < 0)
-		return ret;
-	n = proto_recv(sock, &u, sizeof(u), NULL, 0, NULL);
-	if (n <= 0)
-		return n ? (int)n : -ECONNRESET;
-	ret = proto_check(&u, (size_t)n, &why);
-	if (ret < 0)
-		return ret;
+	n = proto_call(sock, &hi, NULL, 0, &u, sizeof(u));
+	if (n < 0)
+		return (int)n;
 	if (u.hello.h.type == MSG_ERROR)
 		return u.err.err < 0 ? u.err.err : -EPROTO;
 	if (u.hello.h.type != MSG_HELLO ||

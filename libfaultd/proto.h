@@ -138,6 +138,11 @@ int proto_send(int sock, const void *msg, const int *fds, unsigned int nfds);
 ssize_t proto_recv(int sock, void *buf, size_t max, int *fds,
 		   unsigned int max_fds, unsigned int *nfds);
 int proto_check(const void *buf, size_t n, const char **why);
+ssize_t proto_recv_checked(int sock, void *buf, size_t max, int *fds,
+			   unsigned int max_fds, unsigned int *nfds,
+			   const char **why);
+ssize_t proto_call(int sock, const void *msg, const int *fds,
+		   unsigned int nfds, void *reply, size_t max);
 int proto_connect(const char *path);
 const char *proto_default_socket(char *buf, size_t len);
 int proto_hello(int sock, uint64_t features, struct proto_hello *reply);

@@ -139,14 +139,14 @@ static void *restore_watch(void *arg)
 	struct faultd_region *r = arg;
 	struct restore *rs = r->rs;
 	struct proto_progress p;
-	const char *why;
 	ssize_t n;
 
 	for (;;) {
-		n = proto_recv(rs->sock, &p, sizeof(p), NULL, 0, NULL);
+		n = proto_recv_checked(rs->sock, &p, sizeof(p), NULL, 0, NULL,
+				       NULL);
 		if (atomic_load(&rs->closing))
 			return NULL;
-		if (n <= 0 || proto_check(&p, (size_t)n, &why) < 0 ||
+		if (n < 0 ||
 		    (p.h.type != MSG_PROGRESS && p.h.type != MSG_DONE))
 			break;
 		pthread_mutex_lock(&rs->lock);
@@ -176,24 +176,16 @@ static int restore_register(struct faultd_region *r, int sock)
 		struct proto_error err;
 	} u;
 	int fds[2] = { r->group->uffd, r->rs->img->fd };
-	const char *why;
 	ssize_t n;
-	int ret;
 
 	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
 	m.reg.uffd_features = r->group->features;
 	m.reg.r[0] = (struct proto_range){ r->base, atomic_load(&r->len), 0 };
 	if (r->rs->flags & FAULTD_RESTORE_LAZY)
 		m.reg.flags |= PROTO_REG_LAZY;
-	ret = proto_send(sock, &m, fds, 2);
-	if (ret < 0)
-		return ret;
-	n = proto_recv(sock, &u, sizeof(u), NULL, 0, NULL);
-	if (n <= 0)
-		return n ? (int)n : -ECONNRESET;
-	ret = proto_check(&u, (size_t)n, &why);
-	if (ret < 0)
-		return ret;
+	n = proto_call(sock, &m, fds, 2, &u, sizeof(u));
+	if (n < 0)
+		return (int)n;
 	if (u.ack.h.type == MSG_ERROR) {
 		fd_err(r->ctx, "%s: the daemon refused the restore: %.*s",
 		       r->name, (int)sizeof(u.err.msg), u.err.msg);
