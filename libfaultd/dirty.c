@@ -49,25 +49,34 @@ void dirty_mark(struct faultd_region *r, uint64_t off, size_t len)
 }
 
 /*
+ * bitmap_grow() - make the page bitmap *@map, of *@words words, hold
+ * @bits bits, keeping the bits set and clearing the new ones. Returns 0,
+ * or -ENOMEM with the old bitmap kept. Context: no other user of it.
+ */
+int bitmap_grow(_Atomic uint64_t **map, size_t *words, size_t bits)
+{
+	size_t want = (bits + 63) / 64;
+	_Atomic uint64_t *p;
+
+	if (want <= *words)
+		return 0;
+	p = fd_realloc((void *)*map, want * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	memset((void *)(p + *words), 0, (want - *words) * sizeof(*p));
+	*map = p;
+	*words = want;
+	return 0;
+}
+
+/*
  * dirty_alloc() - the bitmap for @len bytes of pages (sync mode), keeping
  * the bits already set. Context: the region not visible yet, or its lock
  * held for writing.
  */
 int dirty_alloc(struct faultd_region *r, size_t len)
 {
-	size_t words = (len / r->page_size + 63) / 64;
-	_Atomic uint64_t *d;
-
-	if (words <= r->dirty_words)
-		return 0;
-	d = fd_realloc((void *)r->dirty, words * sizeof(*d));
-	if (!d)
-		return -ENOMEM;
-	memset((void *)(d + r->dirty_words), 0,
-	       (words - r->dirty_words) * sizeof(*d));
-	r->dirty = d;
-	r->dirty_words = words;
-	return 0;
+	return bitmap_grow(&r->dirty, &r->dirty_words, len / r->page_size);
 }
 
 /* Take (read and clear) the bits of pages [first, first + n) into @out. */

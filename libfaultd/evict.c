@@ -376,19 +376,7 @@ void evict_mapped(struct faultd_region *r, uint64_t off, size_t len)
 
 static int ref_alloc(struct evict *ev, size_t pages)
 {
-	size_t words = (pages + 63) / 64;
-	_Atomic uint64_t *p;
-
-	if (words <= ev->ref_words)
-		return 0;
-	p = fd_realloc((void *)ev->ref, words * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	memset((void *)(p + ev->ref_words), 0,
-	       (words - ev->ref_words) * sizeof(*p));
-	ev->ref = p;
-	ev->ref_words = words;
-	return 0;
+	return bitmap_grow(&ev->ref, &ev->ref_words, pages);
 }
 
 /*

@@ -512,19 +512,14 @@ static int fault_unprotect(struct fault *f)
  * a writer woken and faulting again before the first message is
  * answered); by the time the second runs, the first may have unprotected
  * the page and the write landed. The write hook must run once, before the
- * write: so it runs under a lock striped by page address, and only while
- * the page is still write-protected (pagemap's PM_UFFD_WP); a message
- * for a page no longer protected is answered with a wake. The lock is
- * taken only by WP faults of regions with a hook.
+ * write: so it runs under the region's claim lock of the page, and only
+ * while the page is still write-protected (pagemap's PM_UFFD_WP); a
+ * message for a page no longer protected is answered with a wake. Only
+ * WP faults of regions with a hook take a claim lock.
  */
-#define WP_STRIPES 64
-static pthread_mutex_t wp_stripe[WP_STRIPES] = {
-	[0 ... WP_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
-};
-
-static pthread_mutex_t *wp_stripe_of(const struct fault *f)
+static pthread_mutex_t *wp_claim_of(const struct fault *f)
 {
-	return &wp_stripe[(f->addr / f->r->page_size) % WP_STRIPES];
+	return &f->r->wp_claim[(f->off / f->r->page_size) % WP_CLAIMS];
 }
 
 /* Is the page still write-protected? Yes when pagemap cannot tell: a hook
@@ -543,17 +538,17 @@ static bool wp_still_protected(const struct fault *f)
  */
 static int do_wp_fault(struct fault *f)
 {
-	pthread_mutex_t *stripe = f->r->write_hook ? wp_stripe_of(f) : NULL;
+	pthread_mutex_t *claim = f->r->write_hook ? wp_claim_of(f) : NULL;
 	int ret;
 
 	fault_commit(f, ST_WP);
 	if (f->r->cow) /* a clone's page, installed read-only: now its own */
 		stat_inc(f->st, ST_COW);
-	if (!stripe) {
+	if (!claim) {
 		fault_before_write(f, (const void *)f->addr);
 		return fault_unprotect(f);
 	}
-	pthread_mutex_lock(stripe);
+	pthread_mutex_lock(claim);
 	if (wp_still_protected(f)) {
 		fault_before_write(f, (const void *)f->addr);
 		ret = fault_unprotect(f);
@@ -562,7 +557,7 @@ static int do_wp_fault(struct fault *f)
 		 * made since, and let a write pass without its hook. */
 		ret = fault_wake(f);
 	}
-	pthread_mutex_unlock(stripe);
+	pthread_mutex_unlock(claim);
 	return ret;
 }
 

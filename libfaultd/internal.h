@@ -381,6 +381,10 @@ struct faultd_region {
 	faultd_write_hook write_hook;
 	void *hook_arg;
 	pthread_rwlock_t dirty_lock; /* read: set+unprotect; write: collect */
+	/* A WP fault with a hook claims its page: one of these by page
+	 * number (fault.c, do_wp_fault()). */
+#define WP_CLAIMS 8
+	pthread_mutex_t wp_claim[WP_CLAIMS];
 	_Atomic uint64_t *dirty;     /* sync mode: a bit per page */
 	size_t dirty_words;
 	bool wp_registered;	     /* UFFDIO_REGISTER_MODE_WP is on */
@@ -484,6 +488,7 @@ void clone_child_destroy_locked(struct faultd_region *child);
  */
 
 void dirty_mark(struct faultd_region *r, uint64_t off, size_t len);
+int bitmap_grow(_Atomic uint64_t **map, size_t *words, size_t bits);
 int dirty_alloc(struct faultd_region *r, size_t len);
 
 void dirty_clear(struct faultd_region *r, uint64_t off, size_t len);

@@ -205,6 +205,8 @@ static void region_free(struct faultd_region *r)
 	free(r->stats);
 	free((void *)r->dirty);
 	pthread_rwlock_destroy(&r->dirty_lock);
+	for (int i = 0; i < WP_CLAIMS; i++)
+		pthread_mutex_destroy(&r->wp_claim[i]);
 	pthread_rwlock_destroy(&r->lock);
 	free(r);
 }
@@ -290,6 +292,8 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 		return NULL;
 	}
 	pthread_rwlock_init(&r->dirty_lock, NULL);
+	for (int i = 0; i < WP_CLAIMS; i++)
+		pthread_mutex_init(&r->wp_claim[i], NULL);
 	r->ctx = ctx;
 	r->flags = o->flags;
 	if (!init)
