@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * source.h - where a session's page content comes from.
+ *
+ * A source answers two questions about an offset space of its own: "what
+ * is the content of [off, off + len)" and "what is known about the extent
+ * around off" (data to fetch, known zeros, or nothing to serve). The
+ * session engine maps a client's addresses to source offsets (its range
+ * table) and never looks inside a source; a front end picks the source
+ * and says how the client's memory maps onto it. Formats:
+ *   - a faultd image: offsets are region offsets; extents come from the
+ *     image's extent table; blocks checked by CRC32C (and a MAC);
+ *   - a CRIU dump: one source per task; offsets are the task's dump-time
+ *     virtual addresses; DATA where pagemap-PID.img has lazy pages, ZERO
+ *     elsewhere; content from pages-N.img or a remote page server;
+ *   - a Firecracker memory file: offsets are file offsets; ZERO over the
+ *     file's holes (SEEK_HOLE/SEEK_DATA), DATA elsewhere.
+ *
+ * Thread safety: read() and extent() may be called concurrently from any
+ * number of threads once the source is open; destroy() when no call runs.
+ * A source never blocks indefinitely in read() (a network source has
+ * time-outs) and never returns zeros in place of content it could not get:
+ * it returns an error, and the engine poisons the pages.
+ */
+#ifndef FAULTD_SOURCE_H
+#define FAULTD_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum src_kind {
+	SRC_DATA,	/* content to fetch with read() */
+	SRC_ZERO,	/* known to be zeros: resolve without reading */
+	SRC_NONE,	/* nothing to serve here (not part of the source) */
+};
+
+struct src_extent {
+	uint64_t off;	/* start, a multiple of the source's page size */
+	uint64_t len;	/* bytes, a multiple of the page size, > 0 */
+	enum src_kind kind;
+};
+
+struct source;
+
+struct source_ops {
+	const char *name;	/* "image", "criu", "criu-page-server", "file" */
+	/*
+	 * Copy [off, off + len) into @buf (off and len multiples of the
+	 * source's page size, inside one SRC_DATA extent or spanning
+	 * several). Returns len, or -errno: -EBADMSG when content failed its
+	 * integrity check, -EIO when it could not be read (the engine
+	 * poisons the pages in both cases), -ERANGE when the range is not
+	 * SRC_DATA. Never a short count.
+	 */
+	ssize_t (*read)(struct source *s, uint64_t off, void *buf, size_t len);
+	/*
+	 * The extent that contains @off, in *e. Returns 0, or -ERANGE when
+	 * @off is beyond every extent. Extents of one kind may be split
+	 * arbitrarily (a caller must not assume they are maximal), but
+	 * e->off <= off < e->off + e->len always holds.
+	 */
+	int (*extent)(struct source *s, uint64_t off, struct src_extent *e);
+	/* Free the source and close what it holds. */
+	void (*destroy)(struct source *s);
+};
+
+struct source {
+	const struct source_ops *ops;
+	uint64_t size;		/* offsets are below this */
+	size_t page_size;	/* 4096, or the huge page size */
+	/*
+	 * What a working set recorded against this source is tied to: the
+	 * size and an identity of the content (an image's id, a digest of
+	 * a CRIU dump's pagemaps, a memory file's device/inode/size/mtime).
+	 */
+	uint8_t id[32];
+};
+
+static inline ssize_t source_read(struct source *s, uint64_t off, void *buf,
+				  size_t len)
+{
+	return s->ops->read(s, off, buf, len);
+}
+
+static inline int source_extent(struct source *s, uint64_t off,
+				struct src_extent *e)
+{
+	return s->ops->extent(s, off, e);
+}
+
+static inline void source_destroy(struct source *s)
+{
+	if (s)
+		s->ops->destroy(s);
+}
+
+#endif /* FAULTD_SOURCE_H */
