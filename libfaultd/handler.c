@@ -4,10 +4,10 @@
  *
  * A region has a group of its own by default (per-region handler threads);
  * many small regions may share one. Each thread reads messages in batches of
- * up to HANDLER_BATCH, applies the non-cooperative events of the batch
- * before its faults, retries the faults it parked (EAGAIN: the address
- * space was changing), then handles the new faults. Threads are RCU readers
- * (liburcu bp) for their whole life.
+ * up to ULOOP_BATCH through the read loop every server of faults shares
+ * (uloop.c): the batch's non-cooperative events before its faults, the
+ * faults it parked (EAGAIN: the address space was changing), then the
+ * new faults. Threads are RCU readers (liburcu bp) for their whole life.
  *
  * Stopping: the group's stop flag is set and its eventfd written; threads
  * leave their loop at the next wake-up. A group stops only when no region
@@ -41,73 +41,34 @@ bool in_handler_of(const struct faultd_ctx *ctx)
 }
 
 /*
- * Keep a fault for later: its ioctl got EAGAIN because a non-cooperative
- * event is pending. When the park is full, wake the faulting thread
- * instead: it faults again and a new message comes after the event.
+ * Non-cooperative events. The library's own regions enable only REMAP
+ * (clone.c moves a frozen view into place); the daemon's sessions have
+ * their own port ops. Anything read here is counted and, for FORK, its new
+ * userfaultfd closed: the child's copy of a region is not served (regions
+ * are MADV_DONTFORK, so there is none).
  */
-static void park_fault(struct handler *h, const struct fault_req *req)
+static void handler_event(struct ureader *rd, struct uport *p,
+			  const struct uffd_msg *m)
 {
-	size_t ps = (size_t)h->group->ctx->page_size;
+	struct handler *h = rd->owner;
 
-	if (h->nr_parked < ARRAY_SIZE(h->parked)) {
-		h->parked[h->nr_parked++] = *req;
-		return;
-	}
-	uffd_wake(h->group->uffd, req->addr & ~(ps - 1), ps);
-}
-
-static void dispatch_fault(struct handler *h, struct fault_req *req)
-{
-	if (fault_handle(h, req) == FAULTD_PARK)
-		park_fault(h, req);
-}
-
-static void retry_parked(struct handler *h)
-{
-	struct fault_req retry[ARRAY_SIZE(h->parked)];
-	unsigned int n = h->nr_parked;
-
-	memcpy(retry, h->parked, n * sizeof(retry[0]));
-	h->nr_parked = 0;
-	for (unsigned int i = 0; i < n; i++)
-		dispatch_fault(h, &retry[i]);
-}
-
-/*
- * Non-cooperative events. The library's own regions enable none; the
- * daemon's sessions do, through their own loop. Anything read here is
- * counted and, for FORK, its new userfaultfd closed: the child's copy of a
- * region is not served (regions are MADV_DONTFORK, so there is none).
- */
-static void handle_event(struct handler *h, const struct uffd_msg *m)
-{
 	stat_inc(&h->stats, ST_EVENTS);
 	if (m->event == UFFD_EVENT_FORK)
 		close((int)m->arg.fork.ufd);
 	fd_dbg(h->group->ctx, "handler %u: event %#x", h->slot, m->event);
 }
 
-static void handle_batch(struct handler *h, size_t n)
+static enum uloop_res handler_fault(struct ureader *rd, struct uport *p,
+				    struct fault_req *req)
 {
-	uint64_t t_read = now_ns();
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (h->msgs[i].event != UFFD_EVENT_PAGEFAULT)
-			handle_event(h, &h->msgs[i]);
-	if (h->nr_parked)
-		retry_parked(h);
-	for (i = 0; i < n; i++) {
-		struct fault_req req = {
-			.addr = h->msgs[i].arg.pagefault.address,
-			.flags = h->msgs[i].arg.pagefault.flags,
-			.t_read = t_read,
-		};
-
-		if (h->msgs[i].event == UFFD_EVENT_PAGEFAULT)
-			dispatch_fault(h, &req);
-	}
+	return fault_handle(rd->owner, req) == FAULTD_PARK ? ULOOP_PARK
+							   : ULOOP_DONE;
 }
+
+static const struct uport_ops handler_port_ops = {
+	.event = handler_event,
+	.fault = handler_fault,
+};
 
 /* Sleep until a message, a stop request, or (with parked faults) a tick. */
 static void handler_wait(struct handler *h)
@@ -117,13 +78,13 @@ static void handler_wait(struct handler *h)
 		{ .fd = h->group->stop_fd, .events = POLLIN },
 	};
 
-	poll(pfd, 2, h->nr_parked ? PARKED_POLL_MS : -1);
+	poll(pfd, 2, h->rd.nr_parked ? PARKED_POLL_MS : -1);
 }
 
 /*
  * Spin on the queue for the group's busy-poll time: a fault that comes
- * within it is read without the handler being woken. Returns the number
- * of messages read, or 0.
+ * within it is read and handled without the handler being woken. Returns
+ * the number of messages handled, or 0.
  */
 static ssize_t handler_spin(struct handler *h)
 {
@@ -132,7 +93,7 @@ static ssize_t handler_spin(struct handler *h)
 	ssize_t n;
 
 	do {
-		n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
+		n = uloop_service(&h->rd, &g->port);
 		if (n > 0)
 			return n;
 	} while (now_ns() < end &&
@@ -150,33 +111,26 @@ static ssize_t handler_spin(struct handler *h)
 static void handler_loop(struct handler *h)
 {
 	struct faultd_group *g = h->group;
-	bool poll_first = false, waited = false;
-	ssize_t n = 0;
+	bool poll_first = false;
 
 	while (!atomic_load_explicit(&g->stopping, memory_order_acquire)) {
-		if ((poll_first || waited) && g->pol.busy_poll_us)
+		ssize_t n = 0;
+
+		if (poll_first && g->pol.busy_poll_us)
 			n = handler_spin(h);
-		if ((poll_first || waited) && n <= 0)
+		if (poll_first && n <= 0)
 			handler_wait(h);
-		waited = false;
 		if (n <= 0)
-			n = uffd_read_msgs(g->uffd, h->msgs, g->batch);
+			n = uloop_service(&h->rd, &g->port);
 		if (n > 0) {
-			if (n == g->batch && g->batch > 1)
+			if ((size_t)n == g->port.batch && g->port.batch > 1)
 				poll_first = false;
-			handle_batch(h, (size_t)n);
-			n = 0;
 			continue;
 		}
-		if (!poll_first && n == -EAGAIN)
-			poll_first = true;
-		waited = true;
-		if (h->nr_parked)
-			retry_parked(h);
+		poll_first = true;
 		if (n != -EAGAIN && n != -EINTR && n != 0)
 			fd_err(g->ctx, "handler %u: read: %s", h->slot,
 			       strerror((int)-n));
-		n = 0;
 	}
 }
 
@@ -233,6 +187,7 @@ static int handler_start(struct faultd_group *g, unsigned int slot)
 
 	h->group = g;
 	h->slot = slot;
+	h->rd.owner = h;
 	h->staging_len = g->staging_len;
 	/* Address space only: pages are allocated as fills touch them. A
 	 * start that failed before (group_start_deferred()) left it mapped. */
@@ -281,13 +236,6 @@ static struct faultd_group *group_alloc(struct faultd_ctx *ctx,
 	memset(g->handlers, 0, (nthreads ? nthreads : 1) * sizeof(*g->handlers));
 	g->ctx = ctx;
 	g->nthreads = nthreads;
-	/*
-	 * A lone thread reads up to a full batch per read(). Several threads
-	 * read one message each: a thread that took a batch would resolve it
-	 * in order while the others idle, and a pager that sleeps would be
-	 * serialized behind it.
-	 */
-	g->batch = nthreads > 1 ? 1 : HANDLER_BATCH;
 	g->uffd = -1;
 	g->stop_fd = -1;
 	atomic_init(&g->stopping, false);
@@ -325,6 +273,8 @@ int group_create(struct faultd_ctx *ctx, const struct group_policy *pol,
 		ret = g->uffd;
 		goto err;
 	}
+	uport_init(&g->port, g->uffd, &handler_port_ops, g,
+		   (size_t)ctx->page_size, nthreads);
 	g->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (g->stop_fd < 0) {
 		ret = -errno;
@@ -388,8 +338,10 @@ void group_free(struct faultd_group *g)
 	}
 	if (g->stop_fd >= 0)
 		close(g->stop_fd);
-	if (g->uffd >= 0)
+	if (g->uffd >= 0) {
+		uport_destroy(&g->port);
 		close(g->uffd);
+	}
 	free(g->handlers);
 	free(g);
 }

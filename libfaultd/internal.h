@@ -23,6 +23,7 @@
 #include "compat.h"
 #include "faultd.h"
 #include "inject.h"
+#include "uffd.h"
 
 #define FAULTD_EXPORT __attribute__((visibility("default")))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -44,36 +45,6 @@
 /* An option struct is usable when it covers the fields up to @field. */
 #define OPTS_HAS(opts, type, field)                                          \
 	((opts)->size >= offsetof(type, field) + sizeof(((type *)0)->field))
-
-/* ------------------------------------------------------------------------
- * uffd.c - the userfaultfd system call and ioctls, feature probe, result
- * classification. errno becomes -errno here and nowhere else.
- */
-
-/* What a uffd ioctl result means for the fault being resolved. */
-enum uffd_outcome {
-	UFFD_DONE,	/* resolved; waiters woken unless DONTWAKE */
-	UFFD_EXISTS,	/* someone resolved it first: wake the waiters */
-	UFFD_AGAIN,	/* the address space is changing: park, retry */
-	UFFD_GONE,	/* range unmapped or process gone: wake the waiters */
-	UFFD_FAILED,	/* anything else: poison or report */
-};
-
-int uffd_open(uint64_t features, bool nonblock);
-int uffd_probe(struct faultd_features *f);
-uint64_t uffd_have(void); /* FAULTD_HAVE_* of this kernel (after probe) */
-int uffd_register(int fd, uintptr_t start, size_t len, uint64_t mode,
-		  uint64_t *ioctls);
-int uffd_unregister(int fd, uintptr_t start, size_t len);
-ssize_t uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t max);
-ssize_t uffd_copy(int fd, uintptr_t dst, const void *src, size_t len,
-		  uint64_t mode);
-ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode);
-ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode);
-int uffd_wake(int fd, uintptr_t start, size_t len);
-int uffd_writeprotect(int fd, uintptr_t start, size_t len, bool wp);
-int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode);
-enum uffd_outcome uffd_classify(ssize_t ret);
 
 /* ------------------------------------------------------------------------
  * stats.c - counters kept per (region, handler thread), summed when read.
@@ -147,7 +118,6 @@ static inline void stat_add_shared(struct stat_block *s, enum stat_item i,
 void stat_latency(struct stat_block *s, uint64_t ns);
 void stat_sum(struct stat_block *acc, const struct stat_block *s);
 void stat_export(struct faultd_stats *out, const struct stat_block *s);
-uint64_t now_ns(void);
 
 /* ------------------------------------------------------------------------
  * clear.c - range clears.
@@ -639,8 +609,6 @@ void sigbus_discarded(struct faultd_region *r, uint64_t off, size_t len);
  * before faults, parked faults, clean stop.
  */
 
-#define HANDLER_BATCH 64
-
 /*
  * Every group's userfaultfd reports mremap (EVENT_REMAP): without it the
  * kernel drops the registration of a range that moves, and freezing a
@@ -671,7 +639,7 @@ struct faultd_group {
 	uint64_t features;	/* UFFD_FEATURE_* enabled on uffd */
 	bool implicit;		/* owned by one region */
 	unsigned int nthreads;
-	unsigned int batch;	/* messages per read(), see group_alloc() */
+	struct uport port;	/* how uffd is read (uloop.c) */
 	size_t staging_len;	/* each handler's buffer: the largest page */
 	struct group_policy pol;
 	struct handler *handlers;
@@ -698,14 +666,6 @@ bool in_handler_of(const struct faultd_ctx *ctx);
 #define FAULTD_RETRY 1 /* needs the context lock: retry the slow way */
 #define FAULTD_PARK 2  /* the address space is changing: retry later */
 
-/* A page-fault message being handled, or parked for a retry. */
-struct fault_req {
-	uintptr_t addr;
-	uint64_t flags;	  /* UFFD_PAGEFAULT_FLAG_* */
-	uint64_t t_read;  /* when it was read, for the latency histogram */
-	bool counted;	  /* its counters are in (see fault_commit()) */
-};
-
 struct handler {
 	struct faultd_group *group;
 	pthread_t thread;
@@ -715,9 +675,7 @@ struct handler {
 	size_t staging_len;
 	/* Faults of no region, events, and misses are counted here. */
 	struct stat_block stats;
-	unsigned int nr_parked;
-	struct fault_req parked[HANDLER_BATCH];
-	struct uffd_msg msgs[HANDLER_BATCH];
+	struct ureader rd;	/* its parked faults and message buffer */
 } __attribute__((aligned(CACHELINE)));
 
 int fault_handle(struct handler *h, struct fault_req *req);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -298,11 +299,34 @@ int uffd_unregister(int fd, uintptr_t start, size_t len)
 	return uffd_ioctl(fd, UFFDIO_UNREGISTER, &range) < 0 ? -errno : 0;
 }
 
-/* Returns the number of messages read, or -errno (-EAGAIN when none). */
+/*
+ * Whether reads can be non-blocking per call (RWF_NOWAIT): userfaultfd has
+ * ->read_iter and FMODE_NOWAIT since Linux 6.9. 1 yes, 0 unknown, -1 no.
+ */
+static atomic_int read_nowait;
+
+/*
+ * Returns the number of messages read, or -errno (-EAGAIN when none).
+ * Never blocks where the kernel can say so per call, whatever the file's
+ * O_NONBLOCK flag: that flag belongs to the open file, which a peer that
+ * sent us its userfaultfd shares and may clear at any time (faultd(8)).
+ * On older kernels it falls back to read(), which blocks if the flag was
+ * cleared; callers that share the file with a peer check the flag.
+ */
 ssize_t uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t max)
 {
-	ssize_t n = read(fd, msgs, max * sizeof(*msgs));
+	struct iovec iov = { msgs, max * sizeof(*msgs) };
+	ssize_t n = -1;
 
+	if (atomic_load_explicit(&read_nowait, memory_order_relaxed) >= 0) {
+		n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+		if (n < 0 && errno == EOPNOTSUPP) {
+			atomic_store(&read_nowait, -1);
+			n = read(fd, msgs, iov.iov_len);
+		}
+	} else {
+		n = read(fd, msgs, iov.iov_len);
+	}
 	if (n < 0)
 		return -errno;
 	return n / (ssize_t)sizeof(*msgs);
@@ -378,7 +402,7 @@ int uffd_wake(int fd, uintptr_t start, size_t len)
 	return uffd_ioctl(fd, UFFDIO_WAKE, &range) < 0 ? -errno : 0;
 }
 
-int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode)
+ssize_t uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode)
 {
 	struct uffdio_poison p = {
 		.range = { .start = start, .len = len },
@@ -386,8 +410,7 @@ int uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode)
 	};
 	int ret = uffd_ioctl(fd, UFFDIO_POISON, &p);
 
-	ret = (int)fill_result(ret, errno, p.updated, len);
-	return ret < 0 ? ret : 0;
+	return fill_result(ret, errno, p.updated, len);
 }
 
 /*

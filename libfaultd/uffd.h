@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * uffd.h - the userfaultfd layer every server of faults shares: the library's
+ * handler threads, its prefetch and same-thread paths, and the daemon.
+ *
+ *   uffd.c     the system call and ioctls; errno becomes -errno here only;
+ *              the feature probe; uffd_classify(), the meaning of a result
+ *   install.c  install_range(): fill-and-install a range, classified, woken
+ *   uloop.c    the read loop: events first, then parked faults, then new
+ *              faults; a userfaultfd read by one or several threads
+ *
+ * Nothing here knows regions, pagers or sessions: callers bring those
+ * through the ops of a port (uloop) and the content of an install.
+ */
+#ifndef FAULTD_UFFD_H
+#define FAULTD_UFFD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "compat.h"
+#include "faultd.h"
+
+/* ------------------------------------------------------------------------
+ * uffd.c - the userfaultfd system call and ioctls, feature probe, result
+ * classification. errno becomes -errno here and nowhere else.
+ */
+
+/* What a uffd ioctl result means for the fault being resolved. */
+enum uffd_outcome {
+	UFFD_DONE,	/* resolved; waiters woken unless DONTWAKE */
+	UFFD_EXISTS,	/* someone resolved it first: wake the waiters */
+	UFFD_AGAIN,	/* the address space is changing: park, retry */
+	UFFD_GONE,	/* range unmapped or process gone: wake the waiters */
+	UFFD_FAILED,	/* anything else: poison or report */
+};
+
+int uffd_open(uint64_t features, bool nonblock);
+int uffd_probe(struct faultd_features *f);
+uint64_t uffd_have(void); /* FAULTD_HAVE_* of this kernel (after probe) */
+int uffd_register(int fd, uintptr_t start, size_t len, uint64_t mode,
+		  uint64_t *ioctls);
+int uffd_unregister(int fd, uintptr_t start, size_t len);
+ssize_t uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t max);
+ssize_t uffd_copy(int fd, uintptr_t dst, const void *src, size_t len,
+		  uint64_t mode);
+ssize_t uffd_zeropage(int fd, uintptr_t dst, size_t len, uint64_t mode);
+ssize_t uffd_continue(int fd, uintptr_t dst, size_t len, uint64_t mode);
+int uffd_wake(int fd, uintptr_t start, size_t len);
+int uffd_writeprotect(int fd, uintptr_t start, size_t len, bool wp);
+ssize_t uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode);
+enum uffd_outcome uffd_classify(ssize_t ret);
+
+/* stats.c: CLOCK_MONOTONIC in nanoseconds, the clock of every latency. */
+uint64_t now_ns(void);
+
+/* ------------------------------------------------------------------------
+ * install.c - the one fill-and-install layer.
+ */
+
+enum inst_op {
+	INST_COPY,	/* from q->src */
+	INST_ZERO,	/* zeros: ZEROPAGE, or a copy of zeros (below) */
+	INST_CONTINUE,	/* map what the page cache holds (MINOR faults) */
+	INST_POISON,	/* every access gets SIGBUS */
+};
+
+#define INST_WP		  (1u << 0) /* install write-protected */
+#define INST_DONTWAKE	  (1u << 1) /* the caller wakes the waiters */
+#define INST_STOP_PRESENT (1u << 2) /* stop at a present page, not past it */
+#define INST_ZERO_COPY	  (1u << 3) /* zeros by copy (hugetlb, or asked) */
+
+struct inst_req {
+	int uffd;
+	enum inst_op op;
+	unsigned int flags;	/* INST_* */
+	uintptr_t dst;		/* page-aligned */
+	size_t len;		/* a multiple of page_size, > 0 */
+	size_t page_size;
+	/* COPY: len bytes. ZERO by copy: zeros_len bytes of zeros, or NULL
+	 * for the layer's own (up to 2 MiB pages). */
+	const void *src;
+	size_t zeros_len;
+};
+
+struct inst_res {
+	size_t done;		/* bytes installed by this call */
+	size_t present;		/* bytes found there already, stepped over */
+	enum uffd_outcome end;	/* UFFD_DONE: reached the end; else why not */
+	int err;		/* -errno of the stop, when it stopped */
+};
+
+void install_range(const struct inst_req *q, struct inst_res *res);
+const void *install_zeros(size_t len);
+ssize_t install_fill_tail(void *buf, ssize_t n, size_t len);
+
+/* ------------------------------------------------------------------------
+ * uloop.c - the read loop of a userfaultfd.
+ */
+
+#define ULOOP_BATCH 64	/* messages per read() with a single reader */
+#define ULOOP_PARK_MAX 256	/* faults a reader keeps for a retry */
+
+/* A page-fault message being handled, or parked for a retry. */
+struct fault_req {
+	uintptr_t addr;
+	uint64_t flags;	  /* UFFD_PAGEFAULT_FLAG_* */
+	uint64_t t_read;  /* when it was read, for the latency histogram */
+	bool counted;	  /* its counters are in (see fault_commit()) */
+};
+
+enum uloop_res {
+	ULOOP_DONE,	/* resolved, or its waiters are woken */
+	ULOOP_PARK,	/* an event is pending (EAGAIN): retry it later */
+};
+
+struct uport;
+struct ureader;
+
+struct uport_ops {
+	/*
+	 * A non-cooperative event (FORK, REMAP, REMOVE, UNMAP). Called with
+	 * the port's read lock held when it is shared, so that no message
+	 * read after the event is handled before the event has been applied.
+	 * Must not block on anything a fault being resolved holds.
+	 */
+	void (*event)(struct ureader *rd, struct uport *p,
+		      const struct uffd_msg *m);
+	enum uloop_res (*fault)(struct ureader *rd, struct uport *p,
+				struct fault_req *req);
+	/* After the faults of one read (e.g. wake a DONTWAKE batch); may
+	 * be NULL. */
+	void (*batch_end)(struct ureader *rd, struct uport *p);
+};
+
+/*
+ * A userfaultfd and how it is read. With several readers (shared), each
+ * read() and the events it returned are handled under read_lock; the
+ * faults it returned are resolved after, concurrently with the others.
+ */
+struct uport {
+	int uffd;
+	const struct uport_ops *ops;
+	void *owner;		/* the region group, or the daemon's space */
+	size_t page_size;	/* to wake a fault that cannot be parked */
+	unsigned int batch;	/* messages per read: 1..ULOOP_BATCH */
+	bool shared;		/* several threads read it */
+	pthread_mutex_t read_lock;
+};
+
+struct parked_fault {
+	struct uport *port;
+	struct fault_req req;
+};
+
+/* What one thread keeps while it reads ports: its parked faults. */
+struct ureader {
+	void *owner;		/* the handler, or the daemon's thread */
+	unsigned int nr_parked;
+	struct parked_fault parked[ULOOP_PARK_MAX];
+	struct uffd_msg msgs[ULOOP_BATCH];
+};
+
+void uport_init(struct uport *p, int uffd, const struct uport_ops *ops,
+		void *owner, size_t page_size, unsigned int readers);
+void uport_destroy(struct uport *p);
+ssize_t uloop_service(struct ureader *rd, struct uport *p);
+void uloop_retry_parked(struct ureader *rd);
+void uloop_forget_port(struct ureader *rd, const struct uport *p);
+
+#endif /* FAULTD_UFFD_H */
