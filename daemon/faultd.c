@@ -39,7 +39,6 @@
 struct daemon_opts dopts = { .max_sessions = 1024 };
 uint64_t daemon_started_ms;
 static atomic_uint nr_sessions;
-static atomic_uint_fast64_t next_session_id = 1;
 
 uint64_t now_ms(void)
 {
@@ -101,129 +100,40 @@ static int hello(int sock)
 	return proto_send(sock, &reply, NULL, 0);
 }
 
-static void status(int sock)
-{
-	size_t max = PROTO_MAX_SESSIONS;
-	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
-	size_t n;
-
-	if (!st)
-		return;
-	n = sessions_status(st->s, max);
-	proto_init(&st->h, MSG_STATUS, sizeof(*st) + n * sizeof(st->s[0]));
-	st->nr_sessions = (uint32_t)n;
-	st->uptime_ms = now_ms() - daemon_started_ms;
-	proto_send(sock, st, NULL, 0);
-	free(st);
-}
-
-/* The session of an accepted REGISTER: image checked, ranges checked. */
-static int session_new(int sock, const struct proto_register *m,
-		       const int *fds, pid_t pid, struct session **sp)
-{
-	struct session *s = calloc(1, sizeof(*s));
-	const char *why = "the image cannot be used";
-	int ret;
-
-	if (!s)
-		return -ENOMEM;
-	*s = (struct session){ .sock = -1, .uffd = -1, .pidfd = -1,
-			       .wake_fd = -1, .pid = pid,
-			       .features = m->uffd_features,
-			       .lazy = m->flags & PROTO_REG_LAZY };
-	rwlock_init_writer_pref(&s->lock);
-	ret = check_uffd(fds[0]) < 0 ? -EBADF : 0;
-	if (ret)
-		why = "the first descriptor is not a userfaultfd";
-	if (!ret)
-		ret = image_open(fds[1], NULL, &s->img);
-	if (ret == -EINVAL)
-		why = "the second descriptor is not a full checkpoint image";
-	if (!ret && (m->flags & ~PROTO_REG_FLAGS)) {
-		ret = -EINVAL;
-		why = "unknown REGISTER flags";
-	}
-	if (!ret)
-		ret = check_ranges(m, s->img, pid, &why);
-	if (ret) {
-		proto_error_send(sock, ret, "%s", why);
-		session_free(s);
-		return ret;
-	}
-	s->uffd = fds[0];
-	s->nr_pages = (s->img->h.region_len + 4095) / 4096;
-	s->nr_blocks = (s->img->h.region_len + IMG_BLOCK - 1) / IMG_BLOCK;
-	s->removed = calloc((s->nr_pages + 63) / 64, 8);
-	s->served = calloc((s->nr_blocks + 63) / 64, 8);
-	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	for (uint32_t i = 0; i < m->nr_ranges; i++)
-		s->r[s->nr++] = (struct srange){ m->r[i].start, m->r[i].len,
-						 m->r[i].image_off };
-	if (!s->removed || !s->served || s->pidfd < 0) {
-		ret = s->pidfd < 0 ? -ESRCH : -ENOMEM;
-		proto_error_send(sock, ret, "cannot start the session");
-		s->uffd = -1; /* the caller closes it */
-		session_free(s);
-		return ret;
-	}
-	*sp = s;
-	return 0;
-}
-
-/* A REGISTER: check it, acknowledge, serve until the session ends. */
-static void serve(int sock, pid_t pid)
+/* A REGISTER (a session until it ends) or a STATUS, after HELLO. */
+static void serve(int sock, const struct ucred *cred)
 {
 	union {
 		struct proto_register reg;
 		char buf[PROTO_MAX_MSG];
 	} *u = malloc(sizeof(*u));
-	int fds[2];
+	int fds[2] = { -1, -1 };
 	unsigned int nfds = 0;
-	struct session *s = NULL;
-	struct proto_ack ack;
 	ssize_t n = u ? recv_checked(sock, u, sizeof(*u), fds, 2, &nfds) : -ENOMEM;
 
 	if (n < 0)
 		goto out;
 	if (u->reg.h.type == MSG_STATUS) {
-		status(sock);
-		goto out_fds;
+		fdp_status(sock, cred->uid);
+		goto out;
 	}
 	if (u->reg.h.type != MSG_REGISTER || nfds != 2) {
 		proto_error_send(sock, -EPROTO, u->reg.h.type == MSG_REGISTER
 			? "REGISTER needs two descriptors: uffd and image"
 			: "expected REGISTER or STATUS");
-		goto out_fds;
+		goto out;
 	}
 	if (atomic_fetch_add(&nr_sessions, 1) >= dopts.max_sessions) {
 		proto_error_send(sock, -EBUSY, "too many sessions");
 		atomic_fetch_sub(&nr_sessions, 1);
-		goto out_fds;
+		goto out;
 	}
-	if (session_new(sock, &u->reg, fds, pid, &s) < 0) {
-		atomic_fetch_sub(&nr_sessions, 1);
-		goto out_fds;
-	}
-	close(fds[1]); /* the image keeps its own duplicate */
-	s->id = atomic_fetch_add(&next_session_id, 1);
-	s->sock = sock;
-	s->started_ms = now_ms();
-	proto_init(&ack.h, MSG_ACK, sizeof(ack));
-	ack.session = s->id;
-	ack.pages_total = s->nr_pages;
-	dlog(1, "session %llu: pid %d, %llu pages", (unsigned long long)s->id,
-	     (int)pid, (unsigned long long)s->nr_pages);
-	if (!proto_send(sock, &ack, NULL, 0))
-		session_run(s);
-	dlog(1, "session %llu ends", (unsigned long long)s->id);
-	session_free(s); /* closes sock */
+	fdp_register(sock, &u->reg, fds, cred);
 	atomic_fetch_sub(&nr_sessions, 1);
-	free(u);
-	return;
-out_fds:
-	for (unsigned int i = 0; i < nfds; i++)
-		close(fds[i]);
 out:
+	for (unsigned int i = 0; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	free(u);
 	close(sock);
 }
@@ -246,7 +156,7 @@ static void *conn_main(void *arg)
 		close(sock);
 		return NULL;
 	}
-	serve(sock, cred.pid);
+	serve(sock, &cred);
 	return NULL;
 }
 

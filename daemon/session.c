@@ -1,618 +1,419 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * session.c - serving one client's registration: its faults first, the
- * rest of its pages in the background.
+ * session.c - the session engine: the threads of a session and its life.
  *
- * The fault thread reads the client's userfaultfd, its socket and its
- * pidfd. A batch of messages is handled events first (REMAP moves a range,
- * REMOVE and UNMAP turn pages into zeros or nothing, FORK's new
- * userfaultfd is closed: regions are MADV_DONTFORK), then the faults
- * parked on EAGAIN, then the new faults: each is served with the 64 KiB
- * block around it (UFFDIO_COPY with DONTWAKE), and the batch's threads
- * are woken at the end. Two push threads (stripes of 1 MiB each) run at
- * nice 19 (PUSH_NICE): a waking fault thread preempts them. They copy the
- * blocks nobody asked for, from just after the last fault, in runs that
- * double while no fault comes and halve when faults do; copies hold the
- * session's lock for reading, so they run side by side, and only an event
- * that changes the ranges takes it for writing. All read the image
- * through io_uring (image.c).
+ * A front end creates a session, adds its spaces (session_add_space(),
+ * also while the session runs: CRIU's tasks arrive one by one, and forks
+ * add children) and calls session_run(), which starts the handler threads
+ * and the push threads and runs the control loop until the session ends:
+ * the front end says so (its peer closed, or it is done), session_stop()
+ * is called (the daemon stops), or an event cannot be applied.
  *
- * A block whose checksum fails is poisoned (UFFDIO_POISON): the accesses
- * get SIGBUS, never wrong data. When every block is in, DONE is sent, and
- * the daemon goes on serving the faults and events that still come (pages
- * the client dropped) until the client closes the connection - the
- * library does, and serves its region itself from then on - or exits, or
- * the daemon stops. The client keeps its userfaultfd in every case.
+ * Handler threads wait on one epoll set of every space's userfaultfd and
+ * read a ready one through the shared read loop (uloop.c), so a space is
+ * read by any of them, events first. A userfaultfd whose owner cleared
+ * O_NONBLOCK on it reports EPOLLERR to every poll: the handler sets the
+ * flag again and reads with RWF_NOWAIT anyway, so no thread ever blocks
+ * in a read (faultd(8), "Hostile clients"); a client that keeps clearing
+ * it loses its session.
+ *
+ * The control loop (the caller of session_run()) waits on the front end's
+ * connection, the processes' pidfds and the session's eventfd, and calls
+ * the front end's tick every PROGRESS_MS and when every page is in.
  */
 #include <errno.h>
-#include <poll.h>
-#include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "daemon.h"
 
-#define PAGE 4096ul
-#define PUSH_MAX_BLOCKS 16	/* 1 MiB: the buffer stays in cache */
 #define PROGRESS_MS 100
-#define PARK_MAX 256
-/*
- * The push threads' nice value. A waking fault thread (nice 0) preempts
- * them at once, and they still get a little CPU on a busy machine.
- * Measured (faultd-bench run restore, 512 MiB, this 2-vCPU machine): fault
- * p99 during the push 0.36 ms against 0.43 ms without a push, 1.97 GB/s;
- * SCHED_BATCH (no wake-up preemption by it, 3 ms slices) gave 3.4 ms;
- * SCHED_IDLE gave 0.11 ms and 2.1 GB/s but stops the push entirely while
- * anything else runs.
- */
-#define PUSH_NICE 19
+#define HANDLERS_MAX 4
+#define PARKED_TICK_MS 1
+#define NONBLOCK_STRIKES 64	/* O_NONBLOCK cleared this often: hostile */
 
 static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct session *sessions;
+static atomic_uint_fast64_t next_id = 1;
+
+/* epoll tags of the control loop: a space's pidfd has the space itself. */
+static char tag_peer, tag_wake;
 
 /* ------------------------------------------------------------------------
- * Bitmaps and address translation.
+ * Creating a session and adding spaces.
  */
 
-static bool bit_test(_Atomic uint64_t *bm, uint64_t i)
+static unsigned int default_handlers(void)
 {
-	return atomic_load_explicit(&bm[i / 64], memory_order_acquire) &
-	       (1ull << (i % 64));
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > HANDLERS_MAX ? HANDLERS_MAX : (unsigned int)n;
 }
 
-/* Set bit @i; returns whether it was clear. */
-static bool bit_set(_Atomic uint64_t *bm, uint64_t i)
+static int epoll_add(int epfd, int fd, uint32_t events, void *ptr)
 {
-	uint64_t bit = 1ull << (i % 64);
+	struct epoll_event ev = { .events = events, .data.ptr = ptr };
 
-	return !(atomic_fetch_or(&bm[i / 64], bit) & bit);
-}
-
-static void block_done(struct session *s, uint64_t b)
-{
-	if (bit_set(s->served, b))
-		atomic_fetch_add(&s->blocks_done, 1);
-}
-
-/* The image offset of client address @addr. Context: s->lock. */
-static int addr_to_image_locked(struct session *s, uint64_t addr,
-				uint64_t *ioff)
-{
-	for (unsigned int i = 0; i < s->nr; i++)
-		if (addr - s->r[i].start < s->r[i].len) {
-			*ioff = s->r[i].image_off + (addr - s->r[i].start);
-			return 0;
-		}
-	return -ENOENT;
-}
-
-/* ------------------------------------------------------------------------
- * Copying into the client.
- */
-
-/*
- * Copy @n pages from @src to @dst with DONTWAKE, skipping pages that are
- * there already. Returns the pages copied, or -EAGAIN (an event is
- * pending: retry after reading it). A range the client unmapped, or a
- * client that exited, copies nothing.
- */
-static ssize_t copy_pages(struct session *s, uint64_t dst, const char *src,
-			  size_t n)
-{
-	size_t done = 0, copied = 0;
-
-	while (done < n) {
-		ssize_t c = uffd_copy(s->uffd, dst + done * PAGE,
-				      src + done * PAGE, (n - done) * PAGE,
-				      UFFDIO_COPY_MODE_DONTWAKE);
-
-		if (c > 0) {
-			done += (size_t)c / PAGE;
-			copied += (size_t)c / PAGE;
-			continue;
-		}
-		switch (uffd_classify(c)) {
-		case UFFD_EXISTS:
-			done++; /* that page is in: go on after it */
-			continue;
-		case UFFD_AGAIN:
-			return -EAGAIN;
-		default: /* gone, or failed: nothing more to do here */
-			return (ssize_t)copied;
-		}
-	}
-	return (ssize_t)copied;
-}
-
-/* Poison the client's pages of [ioff, ioff + len): bad image data. */
-static void poison_locked(struct session *s, uint64_t ioff, size_t len)
-{
-	for (unsigned int i = 0; i < s->nr; i++) {
-		struct srange *r = &s->r[i];
-		uint64_t a = ioff > r->image_off ? ioff : r->image_off;
-		uint64_t e = ioff + len < r->image_off + r->len
-				     ? ioff + len
-				     : r->image_off + r->len;
-
-		if (a < e)
-			uffd_poison(s->uffd, r->start + (a - r->image_off),
-				    e - a, 0);
-	}
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
 /*
- * Copy block @b's content (@buf) to wherever the client maps it, but not
- * its removed pages. Returns the pages copied, or -EAGAIN.
- * Context: s->lock.
+ * session_create() - a session served by the engine for a front end,
+ * with no space yet. Returns 0 or -errno.
  */
-static ssize_t copy_block_locked(struct session *s, uint64_t b,
-				 const char *buf)
+int session_create(const struct session_opts *o,
+		   const struct session_fe_ops *fe, void *fe_data,
+		   struct session **sp)
 {
-	uint64_t off = b * IMG_BLOCK, end = off + IMG_BLOCK;
-	ssize_t total = 0;
+	struct session *s = calloc(1, sizeof(*s));
+	int ret = -ENOMEM;
 
-	for (unsigned int i = 0; i < s->nr; i++) {
-		struct srange *r = &s->r[i];
-		uint64_t a = off > r->image_off ? off : r->image_off;
-		uint64_t e = end < r->image_off + r->len ? end
-							 : r->image_off + r->len;
-
-		while (a < e) {
-			uint64_t p = a;
-			ssize_t n;
-
-			while (p < e && !bit_test(s->removed, p / PAGE))
-				p += PAGE;
-			n = p > a ? copy_pages(s, r->start + (a - r->image_off),
-					       buf + (a - off), (p - a) / PAGE)
-				  : 0;
-			if (n < 0)
-				return n;
-			total += n;
-			a = p + PAGE;
-		}
+	if (!s)
+		return -ENOMEM;
+	s->o = *o;
+	s->fe = fe;
+	s->fe_data = fe_data;
+	s->peer_fd = -1;
+	s->id = atomic_fetch_add(&next_id, 1);
+	s->started_ns = now_ns();
+	s->nr_handlers = o->handlers ? o->handlers : default_handlers();
+	atomic_init(&s->settled, true);
+	pthread_rwlock_init(&s->spaces_lock, NULL);
+	pthread_mutex_init(&s->push_lock, NULL);
+	pthread_cond_init(&s->push_cond, NULL);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->workers = calloc(s->nr_handlers, sizeof(*s->workers));
+	if (s->epfd < 0 || s->ctl_epfd < 0 || s->wake_fd < 0 ||
+	    s->stop_fd < 0) {
+		ret = -errno;
+		goto err;
 	}
-	return total;
+	if (!s->workers)
+		goto err;
+	ret = epoll_add(s->epfd, s->stop_fd, EPOLLIN, NULL);
+	if (!ret)
+		ret = epoll_add(s->ctl_epfd, s->wake_fd, EPOLLIN, &tag_wake);
+	if (ret)
+		goto err;
+	*sp = s;
+	return 0;
+err:
+	session_free(s);
+	return ret;
+}
+
+/* The session frees @src with itself. Returns 0 or -ENOMEM (not taken). */
+int session_own_source(struct session *s, struct source *src)
+{
+	struct source **v = realloc(s->srcs, (s->nr_srcs + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	s->srcs = v;
+	s->srcs[s->nr_srcs++] = src;
+	return 0;
 }
 
 /*
- * serve_block() - bring image block @b into the client (@buf: scratch of
- * IMG_BLOCK). Returns the pages copied, 0 if it was in already, or
- * -EAGAIN (the caller retries it later).
+ * session_adopt_space() - add a space made by space_create() or a fork to
+ * the session; its faults are served from now on. Returns 0 or -errno
+ * (then the space is not added and the caller frees it).
+ * Context: any thread, also while the session runs.
  */
-static ssize_t serve_block(struct session *s, uint64_t b, char *buf)
+int session_adopt_space(struct session *s, struct space *sp)
 {
-	ssize_t n = image_read(s->img, b * IMG_BLOCK, buf, IMG_BLOCK);
-
-	pthread_rwlock_rdlock(&s->lock);
-	if (bit_test(s->served, b)) {
-		n = 0;
-	} else if (n < 0) {
-		dlog(0, "session %llu: image block %llu: %s: poisoned",
-		     (unsigned long long)s->id, (unsigned long long)b,
-		     strerror((int)-n));
-		poison_locked(s, b * IMG_BLOCK, IMG_BLOCK);
-		block_done(s, b);
-		n = 0;
-	} else {
-		n = copy_block_locked(s, b, buf);
-		if (n >= 0)
-			block_done(s, b);
-	}
-	pthread_rwlock_unlock(&s->lock);
-	return n;
-}
-
-/* ------------------------------------------------------------------------
- * Non-cooperative events.
- */
-
-/* Split the ranges at client address @at. Context: s->lock. */
-static void split_at_locked(struct session *s, uint64_t at)
-{
-	for (unsigned int i = 0; i < s->nr; i++) {
-		struct srange *r = &s->r[i];
-
-		if (at > r->start && at < r->start + r->len &&
-		    s->nr < ARRAY_SIZE(s->r)) {
-			s->r[s->nr++] = (struct srange){
-				at, r->start + r->len - at,
-				r->image_off + (at - r->start) };
-			r->len = at - r->start;
-			return;
-		}
-	}
-}
-
-/* [start, end) of the client now reads zeros (REMOVE) or is gone. */
-static void pages_removed(struct session *s, uint64_t start, uint64_t end,
-			  bool unmapped)
-{
-	pthread_rwlock_wrlock(&s->lock);
-	split_at_locked(s, start);
-	split_at_locked(s, end);
-	for (unsigned int i = 0; i < s->nr; i++) {
-		struct srange *r = &s->r[i];
-
-		if (r->start < start || r->start + r->len > end)
-			continue;
-		for (uint64_t o = r->image_off; o < r->image_off + r->len;
-		     o += PAGE)
-			bit_set(s->removed, o / PAGE);
-		if (unmapped) /* nothing to serve there any more */
-			*r = s->r[--s->nr], i--;
-	}
-	pthread_rwlock_unlock(&s->lock);
-}
-
-static void range_moved(struct session *s, uint64_t from, uint64_t to,
-			uint64_t len)
-{
-	pthread_rwlock_wrlock(&s->lock);
-	split_at_locked(s, from);
-	split_at_locked(s, from + len);
-	for (unsigned int i = 0; i < s->nr; i++)
-		if (s->r[i].start >= from && s->r[i].start < from + len)
-			s->r[i].start = to + (s->r[i].start - from);
-	pthread_rwlock_unlock(&s->lock);
-}
-
-static void handle_event(struct session *s, const struct uffd_msg *m)
-{
-	switch (m->event) {
-	case UFFD_EVENT_FORK:
-		/* Regions are MADV_DONTFORK: the child has none of them. */
-		close((int)m->arg.fork.ufd);
-		break;
-	case UFFD_EVENT_REMAP:
-		range_moved(s, m->arg.remap.from, m->arg.remap.to,
-			    m->arg.remap.len);
-		break;
-	case UFFD_EVENT_REMOVE:
-		pages_removed(s, m->arg.remove.start, m->arg.remove.end, false);
-		break;
-	case UFFD_EVENT_UNMAP:
-		pages_removed(s, m->arg.remove.start, m->arg.remove.end, true);
-		break;
-	}
-	dlog(2, "session %llu: event %#x", (unsigned long long)s->id,
-	     m->event);
-}
-
-/* ------------------------------------------------------------------------
- * The fault thread.
- */
-
-struct fault_batch {
-	uint64_t addr[PARK_MAX];
-	uint64_t t_read[PARK_MAX];
-	unsigned int n;
-	uint64_t parked[PARK_MAX];
-	uint64_t parked_t[PARK_MAX];
-	unsigned int nr_parked;
-	char *buf;
-};
-
-/* A page the client removed reads zeros from now on. */
-static int serve_zero(struct session *s, uint64_t page)
-{
-	ssize_t n = uffd_zeropage(s->uffd, page, PAGE,
-				  UFFDIO_ZEROPAGE_MODE_DONTWAKE);
-
-	return uffd_classify(n) == UFFD_AGAIN ? -EAGAIN : 0;
-}
-
-/*
- * Serve one fault. Returns 0 (to be woken with its batch), or -EAGAIN
- * (park it). A fault in a block already served is a page the client
- * dropped since (MADV_DONTNEED without EVENT_REMOVE, e.g. the library's
- * discard): it gets the image's page again.
- */
-static int serve_fault(struct session *s, uint64_t addr, char *buf)
-{
-	uint64_t page = addr & ~(PAGE - 1), ioff;
-	ssize_t n;
 	int ret;
 
-	pthread_rwlock_rdlock(&s->lock);
-	ret = addr_to_image_locked(s, page, &ioff);
-	pthread_rwlock_unlock(&s->lock);
-	if (ret < 0) /* not ours (any more): woken, it faults elsewhere */
-		return 0;
-	if (bit_test(s->removed, ioff / PAGE))
-		return serve_zero(s, page);
-	if (!bit_test(s->served, ioff / IMG_BLOCK)) {
-		n = serve_block(s, ioff / IMG_BLOCK, buf);
-		if (n > 0)
-			atomic_fetch_add(&s->pages_urgent, (uint64_t)n);
-		/* The push goes on after the fault: where the next ones are
-		 * likely to be, if the client reads in order. */
-		atomic_store(&s->push_from, ioff / IMG_BLOCK + 1);
-		return n == -EAGAIN ? -EAGAIN : 0;
+	pthread_rwlock_wrlock(&s->spaces_lock);
+	ret = epoll_add(s->epfd, sp->uffd, EPOLLIN, sp);
+	if (!ret && sp->pidfd >= 0) {
+		ret = epoll_add(s->ctl_epfd, sp->pidfd, EPOLLIN, sp);
+		if (ret)
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, sp->uffd, NULL);
 	}
-	n = image_read(s->img, ioff, buf, PAGE);
-	if (n < 0) {
-		uffd_poison(s->uffd, page, PAGE, 0);
-		return 0;
+	if (!ret) {
+		sp->next = s->spaces;
+		s->spaces = sp;
+		s->nr_spaces++;
+		atomic_fetch_add(&s->pending, atomic_load(&sp->pending));
+		atomic_store(&s->all_in_ns, 0);
 	}
-	n = copy_pages(s, page, buf, 1);
-	return n == -EAGAIN ? -EAGAIN : 0;
-}
-
-/* Wake the batch's faulting threads, one ioctl per run of pages. */
-static void wake_batch(struct session *s, struct fault_batch *fb)
-{
-	uint64_t now = now_ns();
-
-	for (unsigned int i = 0; i < fb->n; i++) {
-		uffd_wake(s->uffd, fb->addr[i] & ~(PAGE - 1), PAGE);
-		stat_latency(&s->lat, now - fb->t_read[i]);
+	pthread_rwlock_unlock(&s->spaces_lock);
+	if (!ret) {
+		pthread_cond_broadcast(&s->push_cond);
+		session_wake(s);
 	}
-	fb->n = 0;
+	return ret;
 }
-
-static void fault_or_park(struct session *s, struct fault_batch *fb,
-			  uint64_t addr, uint64_t t_read)
-{
-	if (serve_fault(s, addr, fb->buf) == -EAGAIN &&
-	    fb->nr_parked < PARK_MAX) {
-		fb->parked[fb->nr_parked] = addr;
-		fb->parked_t[fb->nr_parked++] = t_read;
-		return;
-	}
-	fb->addr[fb->n] = addr;
-	fb->t_read[fb->n++] = t_read;
-	if (fb->n == PARK_MAX)
-		wake_batch(s, fb);
-}
-
-/* Read and handle what the userfaultfd holds. Returns false at EOF. */
-static bool read_faults(struct session *s, struct fault_batch *fb)
-{
-	struct uffd_msg m[64];
-	ssize_t n = uffd_read_msgs(s->uffd, m, ARRAY_SIZE(m));
-	uint64_t t = now_ns();
-	unsigned int np = fb->nr_parked;
-
-	if (n == -EAGAIN || n == -EINTR)
-		n = 0;
-	if (n < 0)
-		return false;
-	for (ssize_t i = 0; i < n; i++)
-		if (m[i].event != UFFD_EVENT_PAGEFAULT)
-			handle_event(s, &m[i]);
-	fb->nr_parked = 0;
-	for (unsigned int i = 0; i < np; i++)
-		fault_or_park(s, fb, fb->parked[i], fb->parked_t[i]);
-	for (ssize_t i = 0; i < n; i++)
-		if (m[i].event == UFFD_EVENT_PAGEFAULT) {
-			atomic_fetch_add(&s->faults, 1);
-			fault_or_park(s, fb, m[i].arg.pagefault.address, t);
-		}
-	wake_batch(s, fb);
-	return true;
-}
-
-void session_progress(struct session *s, struct proto_progress *p,
-		      enum proto_type type)
-{
-	struct faultd_stats st = { .size = sizeof(st) };
-	struct stat_block lat = { 0 };
-
-	memset(p, 0, sizeof(*p));
-	proto_init(&p->h, type, sizeof(*p));
-	p->pages_total = s->nr_pages;
-	p->pages_urgent = atomic_load(&s->pages_urgent);
-	p->pages_background = atomic_load(&s->pages_background);
-	p->faults = atomic_load(&s->faults);
-	stat_sum(&lat, &s->lat); /* relaxed loads: the fault thread writes */
-	stat_export(&st, &lat);
-	p->p50_ns = faultd_stats_latency(&st, 50);
-	p->p99_ns = faultd_stats_latency(&st, 99);
-}
-
-/* A message from the client during the session. Returns false: end. */
-static bool client_msg(struct session *s)
-{
-	union {
-		struct proto_hdr h;
-		struct {
-			struct proto_hdr h;
-			struct proto_range r;
-		} pf;
-	} u;
-	struct proto_progress p;
-	const char *why;
-	uint64_t ioff;
-	ssize_t n = proto_recv_checked(s->sock, &u, sizeof(u), NULL, 0, NULL,
-				       &why);
-
-	if (n < 0) { /* closed (its region is gone), or malformed */
-		if (why)
-			proto_error_send(s->sock, (int)n, "%s", why);
-		return false;
-	}
-	if (u.h.type == MSG_STATS) {
-		session_progress(s, &p, MSG_PROGRESS);
-		return proto_send(s->sock, &p, NULL, 0) == 0;
-	}
-	if (u.h.type == MSG_PREFETCH) {
-		pthread_rwlock_rdlock(&s->lock);
-		if (!addr_to_image_locked(s, u.pf.r.start, &ioff))
-			atomic_store(&s->prefetch_block, ioff / IMG_BLOCK);
-		pthread_rwlock_unlock(&s->lock);
-		return true;
-	}
-	proto_error_send(s->sock, -EPROTO, "unexpected message in a session");
-	return false;
-}
-
-/* Is the client gone, or has it closed its end? */
-static bool session_poll(struct session *s, struct fault_batch *fb)
-{
-	struct pollfd p[4] = {
-		{ .fd = s->uffd, .events = POLLIN },
-		{ .fd = s->sock, .events = POLLIN },
-		{ .fd = s->pidfd, .events = POLLIN },
-		{ .fd = s->wake_fd, .events = POLLIN },
-	};
-	uint64_t v;
-
-	if (poll(p, 4, fb->nr_parked ? 1 : PROGRESS_MS) < 0 && errno != EINTR)
-		return false;
-	if (p[2].revents)
-		return false; /* the client exited */
-	if (p[1].revents && !client_msg(s))
-		return false;
-	if (p[3].revents)
-		(void)!read(s->wake_fd, &v, sizeof(v));
-	if ((p[0].revents & POLLIN) || fb->nr_parked)
-		return read_faults(s, fb);
-	return !(p[0].revents & (POLLERR | POLLHUP));
-}
-
-/* ------------------------------------------------------------------------
- * The push thread.
- */
 
 /*
- * The push threads share the blocks in stripes of PUSH_MAX_BLOCKS (1 MiB):
- * pusher k takes the stripes whose index is k modulo PUSHERS.
+ * session_add_space() - serve @uffd (taken over on success) of process
+ * @pid: client ranges @r onto @src (which the session must own or outlive),
+ * tracked parts @seg (NULL: the ranges' parts of the source). On failure
+ * *why says what was wrong with the request. Context: as adopt.
  */
-static bool my_block(uint64_t b, unsigned int k)
+int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
+		      struct source *src, const struct srange *r, size_t nr,
+		      const struct sseg *seg, size_t nseg, const char **why,
+		      struct space **spp)
 {
-	return (b / PUSH_MAX_BLOCKS) % PUSHERS == k;
-}
+	struct space *sp;
+	int ret = space_create(s, uffd, pid, id, src, r, nr, seg, nseg, why,
+			       &sp);
 
-/* Pusher @k's first block not in yet from @from, wrapping; or nr_blocks. */
-static uint64_t next_block(struct session *s, uint64_t from, unsigned int k)
-{
-	for (uint64_t i = 0; i < s->nr_blocks; i++) {
-		uint64_t b = (from + i) % s->nr_blocks;
-
-		if (my_block(b, k) && !bit_test(s->served, b))
-			return b;
-	}
-	return s->nr_blocks;
-}
-
-/* Push up to @want blocks from @b, within its stripe; returns how many it
- * got to. */
-static uint64_t push_run(struct session *s, uint64_t b, uint64_t want,
-			 char *buf)
-{
-	uint64_t n = 0, stripe_end = (b / PUSH_MAX_BLOCKS + 1) * PUSH_MAX_BLOCKS;
-
-	while (n < want && b + n < s->nr_blocks && b + n < stripe_end &&
-	       !bit_test(s->served, b + n))
-		n++;
-	/* One read for the run; a bad block fails it: then one by one. */
-	if (image_read(s->img, b * IMG_BLOCK, buf, n * IMG_BLOCK) < 0)
-		return 0;
-	for (uint64_t i = 0; i < n && !atomic_load(&s->stop); i++) {
-		ssize_t c;
-
-		pthread_rwlock_rdlock(&s->lock);
-		c = bit_test(s->served, b + i)
-			    ? 0
-			    : copy_block_locked(s, b + i, buf + i * IMG_BLOCK);
-		if (c >= 0)
-			block_done(s, b + i);
-		pthread_rwlock_unlock(&s->lock);
-		if (c == -EAGAIN)
-			return i;
-		atomic_fetch_add(&s->pages_background, (uint64_t)c);
-	}
-	return n;
-}
-
-struct pusher {
-	struct session *s;
-	unsigned int k;
-};
-
-static void *push_main(void *arg)
-{
-	struct pusher *p = arg;
-	struct session *s = p->s;
-	unsigned int k = p->k;
-	char *buf = malloc(PUSH_MAX_BLOCKS * IMG_BLOCK);
-	uint64_t cursor = 0, chunk = 1, faults = 0, one = 1;
-
-	free(p);
-	setpriority(PRIO_PROCESS, (id_t)gettid(), PUSH_NICE);
-	while (buf && !atomic_load(&s->stop) &&
-	       atomic_load(&s->blocks_done) < s->nr_blocks) {
-		uint64_t hint = atomic_load(&s->prefetch_block);
-		uint64_t from = atomic_load(&s->push_from);
-		uint64_t f = atomic_load(&s->faults), b, done;
-
-		if (hint != UINT64_MAX)
-			cursor = hint;
-		else if (from != UINT64_MAX && from > cursor)
-			cursor = from; /* jump ahead of the faults */
-		b = next_block(s, cursor, k);
-		if (b >= s->nr_blocks)
-			break;
-		if (b == hint)
-			atomic_compare_exchange_strong(&s->prefetch_block, &hint,
-						       UINT64_MAX);
-		/* Runs double while no fault comes, and shrink when faults
-		 * do, so that the block copies a fault may wait behind stay
-		 * few. */
-		chunk = f == faults ? (chunk * 2 > PUSH_MAX_BLOCKS
-					       ? PUSH_MAX_BLOCKS
-					       : chunk * 2)
-				    : (chunk / 2 ? chunk / 2 : 1);
-		faults = f;
-		done = push_run(s, b, chunk, buf);
-		if (!done && serve_block(s, b, buf) == -EAGAIN)
-			usleep(1000); /* an event is pending: let it be read */
-		cursor = b + (done ? done : 1);
-	}
-	free(buf);
-	(void)!write(s->wake_fd, &one, sizeof(one));
-	return NULL;
-}
-
-static int push_start(struct session *s)
-{
-	for (unsigned int k = 0; k < PUSHERS && !s->lazy; k++) {
-		struct pusher *p = malloc(sizeof(*p));
-		int ret = p ? 0 : -ENOMEM;
-
-		if (p) {
-			*p = (struct pusher){ s, k };
-			ret = thread_start(&s->pushers[k], push_main, p,
-					   "faultd-push");
+	if (ret)
+		return ret;
+	if (pid > 0) {
+		sp->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		if (sp->pidfd < 0) {
+			*why = "the process is gone";
+			ret = -ESRCH;
 		}
-		if (ret < 0) {
-			free(p);
-			return ret;
-		}
-		s->nr_pushers++;
 	}
+	if (!ret) {
+		ret = session_adopt_space(s, sp);
+		*why = "cannot watch the process";
+	}
+	if (ret) {
+		sp->uffd = -1; /* still the caller's */
+		space_free(sp);
+		return ret;
+	}
+	if (spp)
+		*spp = sp;
 	return 0;
 }
 
 /* ------------------------------------------------------------------------
- * Sessions.
+ * Notes from the fault path.
  */
 
-static void session_link(struct session *s)
+void session_wake(struct session *s)
 {
+	uint64_t one = 1;
+
+	(void)!write(s->wake_fd, &one, sizeof(one));
+}
+
+bool session_all_in(const struct session *s)
+{
+	return atomic_load(&s->all_in_ns) != 0;
+}
+
+/* The last pending page of the session went in. */
+void session_note_all_in(struct session *s)
+{
+	uint64_t zero = 0;
+
+	atomic_compare_exchange_strong(&s->all_in_ns, &zero, now_ns());
+	session_wake(s);
+}
+
+/*
+ * A fault came for @page of @sp: the push goes on after it, where the
+ * next faults are likely to be if the client reads in order.
+ */
+void session_note_fault(struct session *s, struct space *sp, uint64_t page)
+{
+	uint64_t zero = 0, now = now_ns();
+
+	atomic_fetch_add(&s->faults, 1);
+	if (atomic_compare_exchange_strong(&s->first_fault_ns, &zero, now))
+		pthread_cond_broadcast(&s->push_cond);
+	atomic_store(&s->push_space, sp);
+	atomic_store(&s->push_from, page + sp->page_size);
+	atomic_fetch_add(&s->push_hint_seq, 1);
+}
+
+/* ------------------------------------------------------------------------
+ * Handler threads.
+ */
+
+/*
+ * The owner of @sp's userfaultfd cleared O_NONBLOCK on it (the flag is
+ * the open file's, shared): set it again, so that poll works; a client
+ * that keeps doing it loses its session.
+ */
+static void uffd_nonblock(struct space *sp, unsigned int *strikes)
+{
+	int fl = fcntl(sp->uffd, F_GETFL);
+
+	if (fl < 0 || (fl & O_NONBLOCK))
+		return;
+	fcntl(sp->uffd, F_SETFL, fl | O_NONBLOCK);
+	if (++*strikes == NONBLOCK_STRIKES) {
+		dlog(0, "%s: the client keeps clearing O_NONBLOCK on its "
+			"userfaultfd: ending the session", sp->s->o.name);
+		session_stop(sp->s);
+	}
+}
+
+/* Serve what @sp's userfaultfd holds, up to a few batches. */
+static void worker_serve(struct worker *w, struct space *sp)
+{
+	for (int i = 0; i < 4; i++) {
+		ssize_t n = uloop_service(&w->rd, &sp->port);
+
+		if (n <= 0 || (size_t)n < sp->port.batch)
+			break;
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct session *s = w->s;
+	unsigned int strikes = 0;
+
+	while (!atomic_load(&s->stop)) {
+		struct epoll_event ev[8];
+		int n = epoll_wait(s->epfd, ev, 8,
+				   w->rd.nr_parked ? PARKED_TICK_MS : -1);
+
+		for (int i = 0; i < n && !atomic_load(&s->stop); i++) {
+			struct space *sp = ev[i].data.ptr;
+
+			if (!sp)
+				continue; /* stop_fd */
+			if (ev[i].events & EPOLLERR)
+				uffd_nonblock(sp, &strikes);
+			worker_serve(w, sp);
+		}
+		if (w->rd.nr_parked)
+			uloop_retry_parked(&w->rd);
+	}
+	return NULL;
+}
+
+/* The largest window a fault of any space may read: a huge page too. */
+static size_t worker_buf_len(const struct session *s)
+{
+	size_t len = s->o.around > (64ul << 10) ? s->o.around : 64ul << 10;
+
+	return len > (2ul << 20) ? len : 2ul << 20;
+}
+
+static int workers_start(struct session *s)
+{
+	for (unsigned int i = 0; i < s->nr_handlers; i++) {
+		struct worker *w = &s->workers[i];
+		int ret;
+
+		w->s = s;
+		w->rd.owner = w;
+		w->buf_len = worker_buf_len(s);
+		w->buf = malloc(w->buf_len);
+		if (!w->buf)
+			return -ENOMEM;
+		ret = thread_start(&w->thread, worker_main, w, "faultd-h");
+		if (ret < 0) {
+			free(w->buf);
+			w->buf = NULL;
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void workers_stop(struct session *s)
+{
+	uint64_t one = 1;
+
+	(void)!write(s->stop_fd, &one, sizeof(one));
+	for (unsigned int i = 0; i < s->nr_handlers; i++) {
+		struct worker *w = &s->workers[i];
+
+		if (w->buf)
+			pthread_join(w->thread, NULL);
+		free(w->buf);
+		w->buf = NULL;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The control loop.
+ */
+
+/* @sp's process exited: nothing of it is served any more. */
+static bool space_exited(struct session *s, struct space *sp)
+{
+	epoll_ctl(s->ctl_epfd, EPOLL_CTL_DEL, sp->pidfd, NULL);
+	space_mark_gone(sp);
+	return !s->fe->space_gone || s->fe->space_gone(s, sp);
+}
+
+static bool control_event(struct session *s, const struct epoll_event *ev)
+{
+	uint64_t v;
+
+	if (ev->data.ptr == &tag_wake) {
+		(void)!read(s->wake_fd, &v, sizeof(v));
+		return true;
+	}
+	if (ev->data.ptr == &tag_peer)
+		return !s->fe->peer_input || s->fe->peer_input(s);
+	return space_exited(s, ev->data.ptr);
+}
+
+static void control_loop(struct session *s)
+{
+	uint64_t last = 0;
+	bool told_all_in = false;
+
+	while (!atomic_load(&s->stop)) {
+		struct epoll_event ev[8];
+		int n = epoll_wait(s->ctl_epfd, ev, 8, PROGRESS_MS);
+		uint64_t now = now_ns();
+		bool all_in = session_all_in(s);
+
+		for (int i = 0; i < n; i++)
+			if (!control_event(s, &ev[i]))
+				session_stop(s);
+		if (atomic_load(&s->stop) || !s->fe->tick)
+			continue;
+		if (all_in && !told_all_in) {
+			s->fe->tick(s, true);
+		} else if (now - last >= PROGRESS_MS * 1000000ull) {
+			s->fe->tick(s, all_in);
+			last = now;
+		}
+		told_all_in = all_in;
+	}
+}
+
+/*
+ * session_run() - serve @s until it ends. Returns 0, or -errno when its
+ * threads could not be started. The caller then frees the session.
+ * Context: the front end's thread, which runs the control loop.
+ */
+int session_run(struct session *s)
+{
+	int ret = 0;
+
+	if (s->peer_fd >= 0)
+		ret = epoll_add(s->ctl_epfd, s->peer_fd, EPOLLIN, &tag_peer);
 	pthread_mutex_lock(&sessions_lock);
 	s->next = sessions;
 	sessions = s;
 	pthread_mutex_unlock(&sessions_lock);
-}
-
-static void session_unlink(struct session *s)
-{
+	atomic_store(&s->running, true);
+	if (!ret)
+		ret = workers_start(s);
+	if (!ret)
+		ret = push_start(s);
+	if (!ret)
+		control_loop(s);
+	atomic_store(&s->stop, true);
+	workers_stop(s);
+	push_stop(s);
 	pthread_mutex_lock(&sessions_lock);
 	for (struct session **p = &sessions; *p; p = &(*p)->next)
 		if (*p == s) {
@@ -620,118 +421,117 @@ static void session_unlink(struct session *s)
 			break;
 		}
 	pthread_mutex_unlock(&sessions_lock);
-}
-
-/* Blocks no range maps have nothing to serve. */
-static void mark_unmapped_blocks(struct session *s)
-{
-	for (uint64_t b = 0; b < s->nr_blocks; b++) {
-		bool mapped = false;
-
-		for (unsigned int i = 0; i < s->nr && !mapped; i++)
-			mapped = b * IMG_BLOCK < s->r[i].image_off + s->r[i].len &&
-				 (b + 1) * IMG_BLOCK > s->r[i].image_off;
-		if (!mapped)
-			block_done(s, b);
-	}
-}
-
-/*
- * session_run() - serve @s until it ends; the caller frees it.
- * Context: the connection's thread, which becomes the fault thread.
- */
-int session_run(struct session *s)
-{
-	struct fault_batch *fb = calloc(1, sizeof(*fb));
-	struct proto_progress p;
-	uint64_t last = now_ms();
-	bool sent_done = false;
-	int ret;
-
-	if (!fb || !(fb->buf = malloc(IMG_BLOCK))) {
-		free(fb);
-		return -ENOMEM;
-	}
-	mark_unmapped_blocks(s);
-	s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	atomic_store(&s->prefetch_block, UINT64_MAX);
-	atomic_store(&s->push_from, UINT64_MAX);
-	ret = push_start(s);
-	session_link(s);
-	while (!ret && !atomic_load(&s->stop) && session_poll(s, fb)) {
-		bool done = atomic_load(&s->blocks_done) >= s->nr_blocks;
-
-		if (sent_done || (!done && now_ms() - last < PROGRESS_MS))
-			continue;
-		session_progress(s, &p, done ? MSG_DONE : MSG_PROGRESS);
-		proto_send(s->sock, &p, NULL, 0);
-		last = now_ms();
-		sent_done = done;
-	}
-	atomic_store(&s->stop, true);
-	for (unsigned int k = 0; k < s->nr_pushers; k++)
-		pthread_join(s->pushers[k], NULL);
-	s->nr_pushers = 0;
-	session_unlink(s);
-	free(fb->buf);
-	free(fb);
 	return ret;
 }
 
+/* End @s: its threads leave their loops. Context: any thread. */
+void session_stop(struct session *s)
+{
+	uint64_t one = 1;
+
+	atomic_store(&s->stop, true);
+	(void)!write(s->stop_fd, &one, sizeof(one));
+	pthread_cond_broadcast(&s->push_cond);
+	session_wake(s);
+}
+
+/* Free a session that does not run (any more), its spaces and sources. */
 void session_free(struct session *s)
 {
 	if (!s)
 		return;
-	if (s->uffd >= 0)
-		close(s->uffd);
-	if (s->pidfd >= 0)
-		close(s->pidfd);
+	while (s->spaces) {
+		struct space *sp = s->spaces;
+
+		s->spaces = sp->next;
+		space_free(sp);
+	}
+	for (size_t i = 0; i < s->nr_srcs; i++)
+		source_destroy(s->srcs[i]);
+	free(s->srcs);
+	free(s->workers);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->ctl_epfd >= 0)
+		close(s->ctl_epfd);
 	if (s->wake_fd >= 0)
 		close(s->wake_fd);
-	if (s->sock >= 0)
-		close(s->sock);
-	image_close(s->img);
-	free((void *)s->removed);
-	free((void *)s->served);
-	pthread_rwlock_destroy(&s->lock);
+	if (s->stop_fd >= 0)
+		close(s->stop_fd);
+	pthread_rwlock_destroy(&s->spaces_lock);
+	pthread_mutex_destroy(&s->push_lock);
+	pthread_cond_destroy(&s->push_cond);
 	free(s);
 }
 
 /* Ask every session to end (the daemon is stopping). */
 void sessions_stop_all(void)
 {
-	uint64_t one = 1;
-
 	pthread_mutex_lock(&sessions_lock);
-	for (struct session *s = sessions; s; s = s->next) {
-		atomic_store(&s->stop, true);
-		(void)!write(s->wake_fd, &one, sizeof(one));
-	}
+	for (struct session *s = sessions; s; s = s->next)
+		session_stop(s);
 	pthread_mutex_unlock(&sessions_lock);
 }
 
-size_t sessions_status(struct proto_session *out, size_t max)
+/* ------------------------------------------------------------------------
+ * What a session reports.
+ */
+
+static uint64_t ms_since(uint64_t from_ns, uint64_t to_ns)
+{
+	return to_ns > from_ns ? (to_ns - from_ns) / 1000000 : 0;
+}
+
+static void view_add_space(struct session_view *v, struct space *sp,
+			   struct stat_block *lat)
+{
+	v->pages_total += sp->nr_pages;
+	v->pages_urgent += atomic_load(&sp->st.urgent);
+	v->pages_background += atomic_load(&sp->st.background);
+	v->pages_zero += atomic_load(&sp->st.zero);
+	v->faults += atomic_load(&sp->st.faults);
+	v->eexist += atomic_load(&sp->st.eexist);
+	v->eagain += atomic_load(&sp->st.eagain);
+	v->removes += atomic_load(&sp->st.removes);
+	v->poisoned += atomic_load(&sp->st.poisoned);
+	stat_sum(lat, &sp->lat);
+}
+
+/* session_view() - the counters of @s, summed over its spaces. */
+void session_view(struct session *s, struct session_view *v)
+{
+	struct faultd_stats st = { .size = sizeof(st) };
+	struct stat_block lat = { 0 };
+	uint64_t first = atomic_load(&s->first_fault_ns);
+	uint64_t all_in = atomic_load(&s->all_in_ns);
+
+	*v = (struct session_view){ .id = s->id, .pid = s->pid, .uid = s->uid,
+				    .all_in = all_in != 0 };
+	pthread_rwlock_rdlock(&s->spaces_lock);
+	for (struct space *sp = s->spaces; sp; sp = sp->next, v->spaces++)
+		view_add_space(v, sp, &lat);
+	pthread_rwlock_unlock(&s->spaces_lock);
+	stat_export(&st, &lat);
+	v->p50_ns = faultd_stats_latency(&st, 50);
+	v->p99_ns = faultd_stats_latency(&st, 99);
+	v->first_fault_ms = first ? ms_since(s->started_ns, first) : 0;
+	v->all_in_ms = all_in ? ms_since(s->started_ns, all_in) : 0;
+	v->age_ms = ms_since(s->started_ns, now_ns());
+}
+
+/*
+ * sessions_list() - the running sessions, all of them (@all) or those of
+ * user @uid only. Returns how many were written to @out.
+ */
+size_t sessions_list(struct session_view *out, size_t max, bool all,
+		     uid_t uid)
 {
 	size_t n = 0;
 
 	pthread_mutex_lock(&sessions_lock);
-	for (struct session *s = sessions; s && n < max; s = s->next, n++) {
-		struct proto_progress p;
-
-		session_progress(s, &p, MSG_PROGRESS);
-		out[n] = (struct proto_session){
-			.session = s->id,
-			.pid = s->pid,
-			.done = atomic_load(&s->blocks_done) >= s->nr_blocks,
-			.pages_total = p.pages_total,
-			.pages_urgent = p.pages_urgent,
-			.pages_background = p.pages_background,
-			.faults = p.faults,
-			.p50_ns = p.p50_ns,
-			.p99_ns = p.p99_ns,
-			.age_ms = now_ms() - s->started_ms,
-		};
-	}
+	for (struct session *s = sessions; s && n < max; s = s->next)
+		if (all || s->uid == uid)
+			session_view(s, &out[n++]);
 	pthread_mutex_unlock(&sessions_lock);
 	return n;
 }

@@ -274,6 +274,44 @@ static const struct img_extent *extent_find(const struct image *img,
 	return NULL;
 }
 
+/*
+ * image_extent_at() - what the image holds at region offset @off: data
+ * (returns 1) or zeros (0), over [*start, *start + *len) around @off; or
+ * -ERANGE past the region's end. A full image has zeros wherever no
+ * extent is. Context: any thread.
+ */
+int image_extent_at(const struct image *img, uint64_t off, uint64_t *start,
+		    uint64_t *len)
+{
+	uint64_t end = img->h.region_len, lo = 0, hi = img->h.nr_extents;
+	const struct img_extent *e;
+
+	if (off >= end)
+		return -ERANGE;
+	e = extent_find(img, off - off % IMG_BLOCK);
+	if (e) {
+		*start = e->offset;
+		*len = e->blocks * IMG_BLOCK;
+		if (*start + *len > end)
+			*len = end - *start;
+		return e->kind == IMG_DATA;
+	}
+	/* In a gap: from the extent before it to the one after. */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (img->ext[mid].offset <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*start = lo ? img->ext[lo - 1].offset +
+			      img->ext[lo - 1].blocks * IMG_BLOCK
+		    : 0;
+	*len = (lo < img->h.nr_extents ? img->ext[lo].offset : end) - *start;
+	return 0;
+}
+
 /* Read data blocks [first, first + n) into @buf and check each. */
 static int blocks_read(const struct image *img, uint64_t first, size_t n,
 		       void *buf)

@@ -121,10 +121,12 @@ static ssize_t install_piece(const struct inst_req *q, size_t off)
 }
 
 /*
- * install_range() - install [q->dst, q->dst + q->len) as @q says; the result in
- * *res. Pages that are present already are stepped over one at a time and
- * counted in res->present (with INST_STOP_PRESENT it stops at the first
- * one instead, res->end UFFD_EXISTS). Any other failure ends the call:
+ * install_range() - install [q->dst, q->dst + q->len) as @q says; the result
+ * in *res. Pages that are present already are stepped over one at a time
+ * and counted in res->present (with INST_STOP_PRESENT it stops at the first
+ * one instead, res->end UFFD_EXISTS). A range that is not one registered
+ * mapping (ENOENT) is taken a page at a time: pages outside any are
+ * counted in res->gone and the rest installed. Any other failure ends it:
  * res->end says which (UFFD_AGAIN: retry after the pending events; GONE:
  * the range or the process is gone; FAILED: res->err, the caller poisons
  * or reports). Unless INST_DONTWAKE, the range's waiters are woken when
@@ -134,6 +136,7 @@ static ssize_t install_piece(const struct inst_req *q, size_t off)
  */
 void install_range(const struct inst_req *q, struct inst_res *res)
 {
+	struct inst_req one = *q;
 	size_t off = 0;
 
 	*res = (struct inst_res){ .end = UFFD_DONE };
@@ -151,13 +154,41 @@ void install_range(const struct inst_req *q, struct inst_res *res)
 			off += q->page_size;
 			continue;
 		}
+		if (n == -ENOENT) {
+			/*
+			 * Not one registered mapping: the range may cross
+			 * the boundary of two (an mprotect() split it) or
+			 * end in a hole. Take its first page alone: it goes
+			 * in, or it is gone; go on after it either way.
+			 */
+			one.dst = q->dst + off;
+			one.len = q->page_size;
+			one.src = q->op == INST_COPY
+					  ? (const char *)q->src + off
+					  : q->src;
+			n = install_piece(&one, 0);
+			o = uffd_classify(n);
+			if (n == -ENOENT || o == UFFD_DONE ||
+			    (o == UFFD_EXISTS &&
+			     !(q->flags & INST_STOP_PRESENT))) {
+				if (o == UFFD_DONE)
+					res->done += q->page_size;
+				else if (o == UFFD_EXISTS)
+					res->present += q->page_size;
+				else
+					res->gone += q->page_size;
+				off += q->page_size;
+				continue;
+			}
+		}
 		res->end = o;
 		res->err = (int)n;
 		break;
 	}
 	if (!(q->flags & INST_DONTWAKE) &&
 	    (res->end == UFFD_GONE ||
-	     (res->present && res->end != UFFD_AGAIN && res->end != UFFD_FAILED)))
+	     ((res->present || res->gone) && res->end != UFFD_AGAIN &&
+	      res->end != UFFD_FAILED)))
 		uffd_wake(q->uffd, q->dst, q->len);
 }
 

@@ -116,6 +116,7 @@ static inline void stat_add_shared(struct stat_block *s, enum stat_item i,
 }
 
 void stat_latency(struct stat_block *s, uint64_t ns);
+void stat_latency_shared(struct stat_block *s, uint64_t ns);
 void stat_sum(struct stat_block *acc, const struct stat_block *s);
 void stat_export(struct faultd_stats *out, const struct stat_block *s);
 
@@ -568,6 +569,8 @@ int image_file_open(const char *path);
 void image_close(struct image *img);
 ssize_t image_read(const struct image *img, uint64_t off, void *buf,
 		   size_t len);
+int image_extent_at(const struct image *img, uint64_t off, uint64_t *start,
+		    uint64_t *len);
 
 /* ------------------------------------------------------------------------
  * restore.c - restored regions.

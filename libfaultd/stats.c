@@ -67,6 +67,12 @@ void stat_latency(struct stat_block *s, uint64_t ns)
 	__atomic_store_n(&s->lat[b], s->lat[b] + 1, __ATOMIC_RELAXED);
 }
 
+/* For a histogram that several threads count into. */
+void stat_latency_shared(struct stat_block *s, uint64_t ns)
+{
+	__atomic_fetch_add(&s->lat[hist_bucket(ns)], 1, __ATOMIC_RELAXED);
+}
+
 void stat_sum(struct stat_block *acc, const struct stat_block *s)
 {
 	for (unsigned int i = 0; i < ST_NR; i++)

@@ -90,6 +90,7 @@ struct inst_req {
 struct inst_res {
 	size_t done;		/* bytes installed by this call */
 	size_t present;		/* bytes found there already, stepped over */
+	size_t gone;		/* bytes in no registered mapping (ENOENT) */
 	enum uffd_outcome end;	/* UFFD_DONE: reached the end; else why not */
 	int err;		/* -errno of the stop, when it stopped */
 };

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * front_fdp.c - the faultd protocol front end (faultd-protocol(7)): a
+ * library client's REGISTER becomes a session with one space, served from
+ * a faultd image.
+ *
+ * The client sends its userfaultfd and the image by SCM_RIGHTS, and the
+ * ranges of its region with their image offsets. The session pushes every
+ * block unless the client asked for LAZY, sends PROGRESS every 100 ms and
+ * DONE when every page is in, answers STATS and takes PREFETCH hints, and
+ * ends when the client closes the connection (it serves its region itself
+ * from then on) or exits. The client keeps its own userfaultfd in every
+ * case, so the end of a session never leaves a fault to the kernel.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+struct fdp {
+	int sock;
+	struct space *sp;
+	bool sent_done;
+};
+
+static void fdp_progress(struct session *s, struct proto_progress *p,
+			 enum proto_type type)
+{
+	struct session_view v;
+
+	session_view(s, &v);
+	memset(p, 0, sizeof(*p));
+	proto_init(&p->h, type, sizeof(*p));
+	p->pages_total = v.pages_total;
+	p->pages_urgent = v.pages_urgent;
+	p->pages_background = v.pages_background + v.pages_zero;
+	p->faults = v.faults;
+	p->p50_ns = v.p50_ns;
+	p->p99_ns = v.p99_ns;
+}
+
+/* PREFETCH: the client wants [start, ..) next; the push goes there. */
+static void fdp_prefetch(struct session *s, struct fdp *f, uint64_t start)
+{
+	atomic_store(&s->push_space, f->sp);
+	atomic_store(&s->push_from, start);
+	atomic_fetch_add(&s->push_hint_seq, 1);
+	pthread_cond_broadcast(&s->push_cond);
+}
+
+/* A message from the client during the session. Returns false: end. */
+static bool fdp_peer_input(struct session *s)
+{
+	struct fdp *f = s->fe_data;
+	union {
+		struct proto_hdr h;
+		struct {
+			struct proto_hdr h;
+			struct proto_range r;
+		} pf;
+	} u;
+	struct proto_progress p;
+	const char *why;
+	ssize_t n = proto_recv_checked(f->sock, &u, sizeof(u), NULL, 0, NULL,
+				       &why);
+
+	if (n < 0) { /* closed (its region is gone), or malformed */
+		if (why)
+			proto_error_send(f->sock, (int)n, "%s", why);
+		return false;
+	}
+	if (u.h.type == MSG_STATS) {
+		fdp_progress(s, &p, MSG_PROGRESS);
+		return proto_send(f->sock, &p, NULL, 0) == 0;
+	}
+	if (u.h.type == MSG_PREFETCH) {
+		fdp_prefetch(s, f, u.pf.r.start);
+		return true;
+	}
+	proto_error_send(f->sock, -EPROTO, "unexpected message in a session");
+	return false;
+}
+
+/* PROGRESS every tick until every page is in, then DONE once. */
+static void fdp_tick(struct session *s, bool all_in)
+{
+	struct fdp *f = s->fe_data;
+	struct proto_progress p;
+
+	if (f->sent_done)
+		return;
+	fdp_progress(s, &p, all_in ? MSG_DONE : MSG_PROGRESS);
+	proto_send(f->sock, &p, NULL, 0);
+	f->sent_done = all_in;
+}
+
+/* The client exited: its session is over. */
+static bool fdp_space_gone(struct session *s, struct space *sp)
+{
+	return false;
+}
+
+static const struct session_fe_ops fdp_ops = {
+	.peer_input = fdp_peer_input,
+	.tick = fdp_tick,
+	.space_gone = fdp_space_gone,
+};
+
+/* The REGISTER's ranges as the engine's. */
+static struct srange *fdp_ranges(const struct proto_register *m)
+{
+	struct srange *r = calloc(m->nr_ranges, sizeof(*r));
+
+	for (uint32_t i = 0; r && i < m->nr_ranges; i++)
+		r[i] = (struct srange){ m->r[i].start, m->r[i].len,
+					m->r[i].image_off };
+	return r;
+}
+
+/* Check @m and its descriptors; a source for its image. */
+static int fdp_check(const struct proto_register *m, const int *fds,
+		     pid_t pid, struct source **srcp, const char **why)
+{
+	struct image *img;
+	int ret;
+
+	*why = "the first descriptor is not a userfaultfd";
+	if (check_uffd(fds[0]) < 0)
+		return -EBADF;
+	*why = "unknown REGISTER flags";
+	if (m->flags & ~PROTO_REG_FLAGS)
+		return -EINVAL;
+	ret = src_image_open(fds[1], srcp);
+	*why = ret == -EINVAL || ret == -EOPNOTSUPP
+		       ? "the second descriptor is not a full checkpoint image"
+		       : "the image cannot be used";
+	if (ret)
+		return ret == -EOPNOTSUPP ? -EINVAL : ret;
+	img = src_image_of(*srcp);
+	ret = check_ranges(m, img, pid, why);
+	if (ret) {
+		source_destroy(*srcp);
+		*srcp = NULL;
+	}
+	return ret;
+}
+
+/*
+ * fdp_session() - the session of an accepted REGISTER, its space added.
+ * On failure the error has been sent to the client; @fds stay the
+ * caller's.
+ */
+static int fdp_session(int sock, const struct proto_register *m,
+		       const int *fds, const struct ucred *peer,
+		       struct fdp *f, struct session **sp)
+{
+	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY) };
+	struct source *src = NULL;
+	struct srange *r = NULL;
+	struct session *s = NULL;
+	const char *why;
+	int ret = fdp_check(m, fds, peer->pid, &src, &why);
+
+	if (!ret) {
+		why = "cannot start the session";
+		ret = session_create(&o, &fdp_ops, f, &s);
+	}
+	if (!ret && session_own_source(s, src) < 0)
+		ret = -ENOMEM;
+	else if (!ret)
+		src = NULL;
+	if (!ret && !(r = fdp_ranges(m)))
+		ret = -ENOMEM;
+	if (!ret)
+		ret = session_add_space(s, fds[0], peer->pid, 0,
+					s->srcs[0], r, m->nr_ranges, NULL, 0,
+					&why, &f->sp);
+	free(r);
+	if (ret) {
+		proto_error_send(sock, ret, "%s", why);
+		source_destroy(src);
+		session_free(s);
+		return ret;
+	}
+	s->uid = peer->uid;
+	s->pid = peer->pid;
+	*sp = s;
+	return 0;
+}
+
+/*
+ * fdp_register() - serve one REGISTER (@m, with the descriptors @fds, of
+ * which the uffd is taken over on success and the image closed) until
+ * the session ends. Returns 0 when the session ran, or -errno (the
+ * client got the error). Context: the connection's thread.
+ */
+int fdp_register(int sock, const struct proto_register *m, int *fds,
+		 const struct ucred *peer)
+{
+	struct fdp f = { .sock = sock };
+	struct proto_ack ack;
+	struct session *s;
+	int ret = fdp_session(sock, m, fds, peer, &f, &s);
+
+	if (ret)
+		return ret;
+	close(fds[1]); /* the image keeps its own duplicate */
+	fds[0] = fds[1] = -1;
+	snprintf(s->name_buf, sizeof(s->name_buf), "session %llu",
+		 (unsigned long long)s->id);
+	s->o.name = s->name_buf;
+	s->peer_fd = sock;
+	proto_init(&ack.h, MSG_ACK, sizeof(ack));
+	ack.session = s->id;
+	ack.pages_total = f.sp->nr_pages;
+	dlog(1, "%s: pid %d, %llu pages", s->o.name, (int)peer->pid,
+	     (unsigned long long)f.sp->nr_pages);
+	if (!proto_send(sock, &ack, NULL, 0))
+		ret = session_run(s);
+	dlog(1, "%s ends", s->o.name);
+	session_free(s);
+	return ret;
+}
+
+/* STATUS: the sessions the asking user may see (root: all). */
+void fdp_status(int sock, uid_t uid)
+{
+	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
+	struct session_view *v = calloc(PROTO_MAX_SESSIONS, sizeof(*v));
+	size_t n;
+
+	if (!st || !v)
+		goto out;
+	n = sessions_list(v, PROTO_MAX_SESSIONS, uid == 0, uid);
+	for (size_t i = 0; i < n; i++)
+		st->s[i] = (struct proto_session){
+			.session = v[i].id,
+			.pid = v[i].pid,
+			.done = v[i].all_in,
+			.pages_total = v[i].pages_total,
+			.pages_urgent = v[i].pages_urgent,
+			.pages_background = v[i].pages_background +
+					    v[i].pages_zero,
+			.faults = v[i].faults,
+			.p50_ns = v[i].p50_ns,
+			.p99_ns = v[i].p99_ns,
+			.age_ms = v[i].age_ms,
+		};
+	proto_init(&st->h, MSG_STATUS, sizeof(*st) + n * sizeof(st->s[0]));
+	st->nr_sessions = (uint32_t)n;
+	st->uptime_ms = now_ms() - daemon_started_ms;
+	proto_send(sock, st, NULL, 0);
+out:
+	free(v);
+	free(st);
+}

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * session.h - the session engine: one fault loop for every front end.
+ *
+ * A front end (the faultd protocol, CRIU's lazy-pages stream, the
+ * Firecracker handshake) turns a peer's handshake into a session and one or
+ * more spaces; the engine serves them until the front end says the session
+ * is over. It owns nothing of the peer's protocol.
+ *
+ *   session   a peer's restore: its spaces, the handler threads that read
+ *             their userfaultfds, the push threads, the control loop (the
+ *             front end's connection, the processes' pidfds, progress)
+ *   space     one userfaultfd and the address space behind it: the range
+ *             table (client address -> source offset), the tracked pages
+ *             (done / reads-zero bits), the source (space.c)
+ *
+ * Threads of a session: the caller of session_run() runs the control loop;
+ * handler threads (opts.handlers, default 1 per CPU, at most 4) read every
+ * space's userfaultfd through the shared read loop (libfaultd/uloop.c) and
+ * resolve faults; PUSHERS push threads at nice 19 copy the pages nobody
+ * asked for. A waking handler preempts a pusher at once.
+ *
+ * Locks, outer to inner:
+ *   sessions_lock (the daemon's list of sessions; session.c)
+ *     session->spaces_lock (the list of spaces: read to walk it, write to add)
+ *       space->lock (rwlock. Read: translate an address and install; the
+ *         source is read with it *not* held. Write: an event changes the
+ *         ranges. Never held across a source read or a wait for a peer.)
+ *         port read_lock (uloop.c: a read() and its events; takes
+ *           space->lock for writing inside, through the event handler)
+ * Bits of a space's bitmaps are changed with atomics under space->lock
+ * held for reading (installs) or writing (events).
+ */
+#ifndef FAULTD_SESSION_H
+#define FAULTD_SESSION_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "internal.h"
+#include "source.h"
+
+#define PUSHERS 2		/* push threads per session */
+
+/* Client [start, start + len) is source [src_off, src_off + len). */
+struct srange {
+	uint64_t start, len, src_off;
+};
+
+/* Source [off, off + len) is tracked: its pages are to be pushed. */
+struct sseg {
+	uint64_t off, len;
+	uint64_t bit;		/* the bit of its first page */
+};
+
+/* Counters of a space; atomics, summed for the session's view. */
+struct space_stats {
+	atomic_uint_fast64_t faults;	/* page-fault messages handled */
+	atomic_uint_fast64_t urgent;	/* pages installed for faults */
+	atomic_uint_fast64_t background;/* pages installed by the push */
+	atomic_uint_fast64_t zero;	/* pages resolved as zeros */
+	atomic_uint_fast64_t eexist;	/* installs that found the page in */
+	atomic_uint_fast64_t eagain;	/* faults parked for an event */
+	atomic_uint_fast64_t removes;	/* REMOVE and UNMAP events */
+	atomic_uint_fast64_t remaps;	/* REMAP events */
+	atomic_uint_fast64_t forks;	/* FORK events */
+	atomic_uint_fast64_t poisoned;	/* pages poisoned: bad content */
+};
+
+struct session;
+
+struct space {
+	struct session *s;
+	struct uport port;
+	int uffd;
+	int pidfd;
+	pid_t pid;
+	uint64_t id;		/* the front end's name for it (a CRIU pid) */
+	struct source *src;	/* a reference of the session's sources */
+	size_t page_size;
+	size_t around;		/* fault-around window, bytes */
+	bool huge;		/* hugetlb: zeros are copied */
+
+	pthread_rwlock_t lock;
+	uint64_t gen;		/* changes with every range change */
+	struct srange *r;	/* sorted by start, apart */
+	size_t nr, cap;
+	struct sseg *seg;	/* sorted by off, apart; fixed */
+	size_t nseg;
+	_Atomic uint64_t *done;	/* tracked page: in, removed or gone */
+	_Atomic uint64_t *zero;	/* tracked page: reads zeros from now on */
+	uint64_t nr_pages;	/* tracked pages */
+	atomic_uint_fast64_t pending; /* tracked pages not done */
+	atomic_bool dead;	/* its process is gone */
+
+	struct space_stats st;
+	struct stat_block lat;	/* fault read to wake (shared counts) */
+	struct space *next;	/* the session's list, under spaces_lock */
+};
+
+/* What a front end asks of the engine. */
+struct session_opts {
+	const char *name;	/* for logs: "session 7", "criu 4242" */
+	unsigned int handlers;	/* 0: one per CPU, at most 4 */
+	bool push;		/* push what nobody asked for */
+	bool push_after_first;	/* ... only once a fault came (prefetch) */
+	size_t around;		/* fault-around window; 0: 64 KiB */
+};
+
+/* The front end's side of a session. Every hook may be NULL. */
+struct session_fe_ops {
+	/*
+	 * The front end's connection (session->peer_fd) is readable, or
+	 * hung up. Returns false to end the session.
+	 */
+	bool (*peer_input)(struct session *s);
+	/* Every PROGRESS_MS, and once when every tracked page is in. */
+	void (*tick)(struct session *s, bool all_in);
+	/* The process of @sp is gone; returns false to end the session. */
+	bool (*space_gone)(struct session *s, struct space *sp);
+};
+
+struct session {
+	uint64_t id;
+	struct session_opts o;
+	char name_buf[48];	/* o.name, when the front end names it so */
+	const struct session_fe_ops *fe;
+	void *fe_data;
+	int peer_fd;		/* polled for the front end; -1: none */
+	uid_t uid;		/* the peer's, for faultctl */
+	pid_t pid;		/* the peer's */
+	uint64_t started_ns;
+
+	pthread_rwlock_t spaces_lock;
+	struct space *spaces;
+	unsigned int nr_spaces;
+	struct source **srcs;	/* owned; freed with the session */
+	size_t nr_srcs;
+	int epfd;		/* the handlers wait on every space's uffd */
+	int ctl_epfd;		/* the control loop: peer, pidfds, wake */
+	int wake_fd;		/* eventfd: the control loop has news */
+	int stop_fd;		/* eventfd: handlers and pushers stop */
+
+	atomic_bool stop;
+	atomic_bool running;
+	/* Every range the peer will register is registered: a page that
+	 * is in no registered mapping (ENOENT) is gone, not yet to come.
+	 * False while CRIU restores (until RSTF). */
+	atomic_bool settled;
+	atomic_uint_fast64_t pending;	/* sum of the spaces' pending */
+	atomic_uint_fast64_t faults;	/* of every space */
+	atomic_uint_fast64_t last_fault_ns;
+	atomic_uint_fast64_t first_fault_ns; /* 0: none yet */
+	atomic_uint_fast64_t all_in_ns;	/* when pending reached 0; 0: not */
+	/* Where a fault asks the push to go on: space and address. */
+	_Atomic(struct space *) push_space;
+	atomic_uint_fast64_t push_from;
+	atomic_uint_fast64_t push_hint_seq;
+
+	struct worker *workers;
+	unsigned int nr_handlers;
+	pthread_t pushers[PUSHERS];
+	unsigned int nr_pushers;
+	pthread_mutex_t push_lock;	/* with push_cond: pushers wait */
+	pthread_cond_t push_cond;
+	struct session *next;	/* the daemon's list, under sessions_lock */
+};
+
+/* A handler thread of a session: its read state and staging buffer. */
+struct worker {
+	struct ureader rd;
+	struct session *s;
+	pthread_t thread;
+	char *buf;		/* the largest window a fault reads */
+	size_t buf_len;
+};
+
+/* session.c */
+int session_create(const struct session_opts *o,
+		   const struct session_fe_ops *fe, void *fe_data,
+		   struct session **sp);
+int session_own_source(struct session *s, struct source *src);
+int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
+		      struct source *src, const struct srange *r, size_t nr,
+		      const struct sseg *seg, size_t nseg, const char **why,
+		      struct space **spp);
+int session_adopt_space(struct session *s, struct space *sp);
+int session_run(struct session *s);
+void session_stop(struct session *s);
+void session_wake(struct session *s);
+void session_free(struct session *s);
+bool session_all_in(const struct session *s);
+void session_note_all_in(struct session *s);
+void session_note_fault(struct session *s, struct space *sp, uint64_t page);
+void sessions_stop_all(void);
+
+/* What faultctl and the front ends report of a session. */
+struct session_view {
+	uint64_t id;
+	pid_t pid;
+	uid_t uid;
+	unsigned int spaces;
+	bool all_in;
+	uint64_t pages_total, pages_urgent, pages_background, pages_zero;
+	uint64_t faults, eexist, eagain, removes, poisoned;
+	uint64_t p50_ns, p99_ns;
+	uint64_t first_fault_ms, all_in_ms, age_ms;
+};
+
+void session_view(struct session *s, struct session_view *v);
+size_t sessions_list(struct session_view *out, size_t max, bool all,
+		     uid_t uid);
+
+/* space.c */
+extern const struct uport_ops space_port_ops;
+
+/* A run of pages the push installs: client addresses and their source. */
+struct space_run {
+	uint64_t start;
+	uint64_t len;
+	uint64_t src_off;
+	enum src_kind kind;	/* SRC_DATA: read it; else zeros */
+};
+
+int space_create(struct session *s, int uffd, pid_t pid, uint64_t id,
+		 struct source *src, const struct srange *r, size_t nr,
+		 const struct sseg *seg, size_t nseg, const char **why,
+		 struct space **spp);
+int space_fork_locked(struct space *sp, int ufd, struct space **childp);
+void space_free(struct space *sp);
+void space_mark_gone(struct space *sp);
+bool space_next_pending(struct space *sp, uint64_t from,
+			struct space_run *run, size_t max, uint64_t *gen);
+ssize_t space_install_run(struct space *sp, const struct space_run *run,
+			  const void *buf, uint64_t gen, bool background);
+void space_poison_run(struct space *sp, const struct space_run *run,
+		      uint64_t gen, int err);
+
+/* push.c */
+int push_start(struct session *s);
+void push_stop(struct session *s);
+
+#endif /* FAULTD_SESSION_H */

@@ -1,0 +1,1098 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * space.c - one userfaultfd of a session and the address space behind it.
+ *
+ * A space maps the client's addresses onto its source through a range
+ * table (sorted, apart; it grows as events split it: nothing limits how
+ * many ranges a space may have but memory) and tracks the pages it must
+ * push: source offsets in its segments, a bit each in two bitmaps. "done"
+ * means nothing is left to do for the page (installed, removed, or unmapped);
+ * "zero" means the page reads zeros from now on (the client removed it with
+ * MADV_DONTNEED or the balloon). Bits are kept by source offset, so a range
+ * that moves (mremap) keeps its pages' state.
+ *
+ * A fault is resolved in three steps: under space->lock held for reading,
+ * the address is translated and the window around it planned; the lock is
+ * dropped and the source read (it may be slow: a file, a network); the
+ * lock is taken again and, if no event changed the ranges meanwhile (the
+ * generation), the window is installed through the library's install layer
+ * - else the fault starts over. What it installs:
+ *   - a tracked page that reads zeros: zeros (UFFDIO_ZEROPAGE);
+ *   - a tracked page with data: the source's content of the window around
+ *     it (the fault-around window, aligned in source offsets, clipped to
+ *     the range and the segment), without the window's pages that are done
+ *     already (the faulting page itself is always installed: if it faults
+ *     although done, the client dropped it without telling);
+ *   - an untracked page: zeros, over the source's zero extent around it.
+ * Content the source cannot give is poisoned (SIGBUS on access), page by
+ * page, never replaced by zeros.
+ *
+ * Events are applied by whichever handler read them, under space->lock for
+ * writing: REMAP moves ranges, REMOVE marks pages zero, UNMAP drops ranges,
+ * FORK makes a new space for the child with a copy of the ranges and of the
+ * pending set as of the fork.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#define AROUND_DEFAULT (64ul << 10)
+#define ZERO_AROUND (2ul << 20) /* most zeros one fault resolves */
+#define FAULT_TRIES 8		/* re-plans before a fault is parked */
+
+/* ------------------------------------------------------------------------
+ * Bits and segments.
+ */
+
+static bool bit_test(_Atomic uint64_t *bm, uint64_t i)
+{
+	return atomic_load_explicit(&bm[i / 64], memory_order_acquire) &
+	       (1ull << (i % 64));
+}
+
+/* Set bit @i; returns whether it was clear. */
+static bool bit_set(_Atomic uint64_t *bm, uint64_t i)
+{
+	uint64_t bit = 1ull << (i % 64);
+
+	return !(atomic_fetch_or(&bm[i / 64], bit) & bit);
+}
+
+/* The segment that tracks source offset @off, or NULL. */
+static const struct sseg *seg_find(const struct space *sp, uint64_t off)
+{
+	size_t lo = 0, hi = sp->nseg;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const struct sseg *g = &sp->seg[mid];
+
+		if (off < g->off)
+			hi = mid;
+		else if (off - g->off >= g->len)
+			lo = mid + 1;
+		else
+			return g;
+	}
+	return NULL;
+}
+
+/* The bit of source offset @off, if a segment tracks it. */
+static bool seg_bit(const struct space *sp, uint64_t off, uint64_t *bit)
+{
+	const struct sseg *g = seg_find(sp, off);
+
+	if (g)
+		*bit = g->bit + (off - g->off) / sp->page_size;
+	return g;
+}
+
+/* Nothing is left to do for tracked page @bit. */
+static void page_done(struct space *sp, uint64_t bit)
+{
+	if (!bit_set(sp->done, bit))
+		return;
+	atomic_fetch_sub(&sp->pending, 1);
+	if (atomic_fetch_sub(&sp->s->pending, 1) == 1)
+		session_note_all_in(sp->s);
+}
+
+/* Every page of source [off, off + len) that is tracked is done. */
+static void pages_done(struct space *sp, uint64_t off, uint64_t len)
+{
+	for (uint64_t o = off; o < off + len; o += sp->page_size) {
+		uint64_t bit;
+
+		if (seg_bit(sp, o, &bit))
+			page_done(sp, bit);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The range table.
+ */
+
+/* The range that holds client address @addr. Context: sp->lock. */
+static struct srange *range_find_locked(struct space *sp, uint64_t addr)
+{
+	size_t lo = 0, hi = sp->nr;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		struct srange *r = &sp->r[mid];
+
+		if (addr < r->start)
+			hi = mid;
+		else if (addr - r->start >= r->len)
+			lo = mid + 1;
+		else
+			return r;
+	}
+	return NULL;
+}
+
+/* Room for @more ranges. Context: sp->lock (write). */
+static int range_reserve_locked(struct space *sp, size_t more)
+{
+	size_t cap = sp->cap ? sp->cap : 16;
+	struct srange *r;
+
+	while (cap < sp->nr + more)
+		cap *= 2;
+	if (cap == sp->cap)
+		return 0;
+	r = realloc(sp->r, cap * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	sp->r = r;
+	sp->cap = cap;
+	return 0;
+}
+
+/* Split the range that holds @at, if @at is inside it (not its start). */
+static int split_at_locked(struct space *sp, uint64_t at)
+{
+	struct srange *r = range_find_locked(sp, at);
+	size_t i;
+	int ret;
+
+	if (!r || r->start == at)
+		return 0;
+	i = (size_t)(r - sp->r);
+	ret = range_reserve_locked(sp, 1);
+	if (ret)
+		return ret;
+	r = &sp->r[i];
+	memmove(r + 2, r + 1, (sp->nr - i - 1) * sizeof(*r));
+	r[1] = (struct srange){ at, r->start + r->len - at,
+				r->src_off + (at - r->start) };
+	r->len = at - r->start;
+	sp->nr++;
+	return 0;
+}
+
+/* The first range whose start is >= @addr (an index, may be nr). */
+static size_t range_index_locked(const struct space *sp, uint64_t addr)
+{
+	size_t lo = 0, hi = sp->nr;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (sp->r[mid].start < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * Cut [start, end) out of the table into @out (may be NULL: dropped).
+ * Returns how many ranges were cut, or -ENOMEM.
+ */
+static ssize_t range_cut_locked(struct space *sp, uint64_t start,
+				uint64_t end, struct srange *out)
+{
+	size_t a, b;
+	int ret = split_at_locked(sp, start);
+
+	if (!ret)
+		ret = split_at_locked(sp, end);
+	if (ret)
+		return ret;
+	a = range_index_locked(sp, start);
+	b = range_index_locked(sp, end);
+	if (out)
+		memcpy(out, &sp->r[a], (b - a) * sizeof(*out));
+	memmove(&sp->r[a], &sp->r[b], (sp->nr - b) * sizeof(sp->r[0]));
+	sp->nr -= b - a;
+	return (ssize_t)(b - a);
+}
+
+/* Put @n ranges (sorted, apart, in a free part of the table) back in. */
+static void range_insert_locked(struct space *sp, const struct srange *in,
+				size_t n)
+{
+	size_t a;
+
+	if (!n)
+		return;
+	a = range_index_locked(sp, in[0].start);
+	memmove(&sp->r[a + n], &sp->r[a], (sp->nr - a) * sizeof(sp->r[0]));
+	memcpy(&sp->r[a], in, n * sizeof(*in));
+	sp->nr += n;
+}
+
+/* ------------------------------------------------------------------------
+ * Events.
+ */
+
+/*
+ * A failure to apply an event loses the space's map of the client: end the
+ * session loudly rather than serve wrong data (the faultd protocol's client
+ * then serves itself; CRIU's restore fails).
+ */
+static void event_failed(struct space *sp, const char *what, int err)
+{
+	dlog(0, "%s: space %llu: cannot apply %s: %s: ending the session",
+	     sp->s->o.name, (unsigned long long)sp->id, what, strerror(-err));
+	session_stop(sp->s);
+}
+
+/* [start, end) of the client is gone (UNMAP, or the target of a move). */
+static int pages_unmapped_locked(struct space *sp, uint64_t start,
+				 uint64_t end)
+{
+	size_t a, b;
+	int ret = split_at_locked(sp, start);
+
+	if (!ret)
+		ret = split_at_locked(sp, end);
+	if (ret)
+		return ret;
+	a = range_index_locked(sp, start);
+	b = range_index_locked(sp, end);
+	for (size_t i = a; i < b; i++)
+		pages_done(sp, sp->r[i].src_off, sp->r[i].len);
+	return (int)range_cut_locked(sp, start, end, NULL);
+}
+
+static void ev_unmap(struct space *sp, uint64_t start, uint64_t end)
+{
+	int ret;
+
+	pthread_rwlock_wrlock(&sp->lock);
+	ret = pages_unmapped_locked(sp, start, end);
+	sp->gen++;
+	pthread_rwlock_unlock(&sp->lock);
+	if (ret < 0)
+		event_failed(sp, "UNMAP", ret);
+}
+
+/* The first range that ends after @addr (an index, may be nr). */
+static size_t range_first_after_locked(const struct space *sp, uint64_t addr)
+{
+	size_t i = range_index_locked(sp, addr);
+
+	if (i > 0 && addr - sp->r[i - 1].start < sp->r[i - 1].len)
+		i--;
+	return i;
+}
+
+/* [start, end) reads zeros from now on; its pages need no push. */
+static void ev_remove(struct space *sp, uint64_t start, uint64_t end)
+{
+	pthread_rwlock_wrlock(&sp->lock);
+	for (size_t i = range_first_after_locked(sp, start);
+	     i < sp->nr && sp->r[i].start < end; i++) {
+		const struct srange *r = &sp->r[i];
+		uint64_t a = start > r->start ? start : r->start;
+		uint64_t e = end < r->start + r->len ? end : r->start + r->len;
+
+		for (a &= ~(uint64_t)(sp->page_size - 1); a < e;
+		     a += sp->page_size) {
+			uint64_t bit;
+
+			if (seg_bit(sp, r->src_off + (a - r->start), &bit)) {
+				bit_set(sp->zero, bit);
+				page_done(sp, bit);
+			}
+		}
+	}
+	pthread_rwlock_unlock(&sp->lock);
+}
+
+/* [from, from + len) moved to @to. */
+static void ev_remap(struct space *sp, uint64_t from, uint64_t to,
+		     uint64_t len)
+{
+	struct srange *moved = NULL;
+	ssize_t n = -ENOMEM;
+	int ret = 0;
+
+	pthread_rwlock_wrlock(&sp->lock);
+	ret = range_reserve_locked(sp, 4);
+	if (!ret)
+		moved = malloc((sp->nr + 2) * sizeof(*moved));
+	if (moved)
+		n = range_cut_locked(sp, from, from + len, moved);
+	if (n >= 0) /* what was at the target is gone (MREMAP_FIXED) */
+		ret = pages_unmapped_locked(sp, to, to + len);
+	if (n >= 0 && !ret) {
+		for (ssize_t i = 0; i < n; i++)
+			moved[i].start = to + (moved[i].start - from);
+		range_insert_locked(sp, moved, (size_t)n);
+	}
+	sp->gen++;
+	pthread_rwlock_unlock(&sp->lock);
+	free(moved);
+	if (n < 0 || ret < 0)
+		event_failed(sp, "REMAP", n < 0 ? (int)n : ret);
+}
+
+static void ev_fork(struct space *sp, int ufd)
+{
+	struct space *child;
+	int ret;
+
+	pthread_rwlock_rdlock(&sp->lock);
+	ret = space_fork_locked(sp, ufd, &child);
+	pthread_rwlock_unlock(&sp->lock);
+	if (ret < 0) {
+		close(ufd);
+		event_failed(sp, "FORK", ret);
+		return;
+	}
+	ret = session_adopt_space(sp->s, child);
+	if (ret < 0) {
+		space_free(child);
+		event_failed(sp, "FORK", ret);
+	}
+}
+
+static void space_event(struct ureader *rd, struct uport *p,
+			const struct uffd_msg *m)
+{
+	struct space *sp = p->owner;
+
+	switch (m->event) {
+	case UFFD_EVENT_FORK:
+		atomic_fetch_add(&sp->st.forks, 1);
+		ev_fork(sp, (int)m->arg.fork.ufd);
+		break;
+	case UFFD_EVENT_REMAP:
+		atomic_fetch_add(&sp->st.remaps, 1);
+		ev_remap(sp, m->arg.remap.from, m->arg.remap.to,
+			 m->arg.remap.len);
+		break;
+	case UFFD_EVENT_REMOVE:
+		atomic_fetch_add(&sp->st.removes, 1);
+		ev_remove(sp, m->arg.remove.start, m->arg.remove.end);
+		break;
+	case UFFD_EVENT_UNMAP:
+		atomic_fetch_add(&sp->st.removes, 1);
+		ev_unmap(sp, m->arg.remove.start, m->arg.remove.end);
+		break;
+	}
+	dlog(2, "%s: space %llu: event %#x", sp->s->o.name,
+	     (unsigned long long)sp->id, m->event);
+}
+
+/* ------------------------------------------------------------------------
+ * Faults.
+ */
+
+/* What a fault will install, planned under the lock. */
+struct plan {
+	uint64_t page;		/* the faulting page */
+	uint64_t start, len;	/* the window, client addresses */
+	uint64_t src;		/* the source offset of start */
+	bool zero;		/* install zeros (no source read) */
+	uint64_t gen;		/* sp->gen when planned */
+};
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+/*
+ * Clip the window [*a, *b) of source offsets (around @soff) to what range
+ * @r maps and to the run of kind @kind that holds @soff.
+ */
+static void window_clip(struct space *sp, const struct srange *r,
+			uint64_t soff, uint64_t *a, uint64_t *b)
+{
+	struct src_extent e;
+
+	*a = max_u64(*a, r->src_off);
+	*b = min_u64(*b, r->src_off + r->len);
+	if (!source_extent(sp->src, soff, &e)) {
+		*a = max_u64(*a, e.off);
+		*b = min_u64(*b, e.off + e.len);
+	}
+}
+
+/* The source says [@soff..] is zeros (or nothing: also zeros). */
+static bool src_zero(struct space *sp, uint64_t soff)
+{
+	struct src_extent e;
+
+	return !source_extent(sp->src, soff, &e) && e.kind != SRC_DATA;
+}
+
+/*
+ * plan_locked() - what the fault on @page installs. Returns false when no
+ * range holds it (not ours: the caller wakes it, and the access fails or
+ * is the kernel's to handle). Context: sp->lock (read).
+ */
+static bool plan_locked(struct space *sp, uint64_t page, struct plan *pl)
+{
+	struct srange *r = range_find_locked(sp, page);
+	const struct sseg *g;
+	uint64_t soff, bit, a, b, w;
+
+	if (!r)
+		return false;
+	soff = r->src_off + (page - r->start);
+	g = seg_find(sp, soff);
+	pl->page = page;
+	pl->gen = sp->gen;
+	pl->zero = src_zero(sp, soff);
+	w = pl->zero ? ZERO_AROUND : sp->around;
+	if (g && seg_bit(sp, soff, &bit) && bit_test(sp->zero, bit)) {
+		pl->zero = true; /* removed: zeros, this page only */
+		a = soff;
+		b = soff + sp->page_size;
+	} else {
+		a = soff - soff % w;
+		b = a + w;
+		window_clip(sp, r, soff, &a, &b);
+		if (g && !pl->zero) {
+			a = max_u64(a, g->off);
+			b = min_u64(b, g->off + g->len);
+		} else if (!g && !pl->zero) { /* data nobody tracks */
+			a = soff;
+			b = soff + sp->page_size;
+		}
+	}
+	pl->src = a;
+	pl->start = r->start + (a - r->src_off);
+	pl->len = b - a;
+	return true;
+}
+
+/*
+ * fill_window() - the source's content of [off, off + len) into @buf:
+ * data read, zero and unknown extents cleared. Returns 0 or the source's
+ * -errno. Context: no lock (the source may take its time).
+ */
+static int fill_window(struct space *sp, uint64_t off, size_t len, char *buf)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		uint64_t o = off + done;
+		struct src_extent e = { o, len - done, SRC_ZERO };
+		size_t n;
+
+		if (source_extent(sp->src, o, &e) < 0)
+			e = (struct src_extent){ o, len - done, SRC_ZERO };
+		n = (size_t)min_u64(e.off + e.len - o, len - done);
+		if (e.kind == SRC_DATA) {
+			ssize_t ret = source_read(sp->src, o, buf + done, n);
+
+			if (ret < 0)
+				return (int)ret;
+		} else {
+			memset(buf + done, 0, n);
+		}
+		done += n;
+	}
+	return 0;
+}
+
+/* Is page @addr of the window one to install? Context: sp->lock. */
+static bool page_wanted(struct space *sp, const struct plan *pl,
+			uint64_t addr)
+{
+	uint64_t bit;
+
+	if (addr == pl->page)
+		return true;
+	if (!seg_bit(sp, pl->src + (addr - pl->start), &bit))
+		return pl->zero;
+	return !bit_test(sp->zero, bit) &&
+	       (pl->zero || !bit_test(sp->done, bit));
+}
+
+/* The process is gone: nothing of the space is pending any more. */
+void space_mark_gone(struct space *sp)
+{
+	uint64_t left;
+
+	if (atomic_exchange(&sp->dead, true))
+		return;
+	left = atomic_exchange(&sp->pending, 0);
+	if (left && atomic_fetch_sub(&sp->s->pending, left) == left)
+		session_note_all_in(sp->s);
+	session_wake(sp->s);
+}
+
+/*
+ * The install of [a, a + len) ended: count it and mark its tracked pages
+ * done. Returns what the fault's caller should do. Context: sp->lock.
+ */
+static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
+			const struct inst_res *res, bool background)
+{
+	uint64_t in = res->done + res->present + res->gone;
+
+	/* Before the peer has registered everything, a page in no mapping
+	 * may be one still to come: leave the pages pending. */
+	if (res->gone && !atomic_load(&sp->s->settled))
+		in = 0;
+
+	for (uint64_t o = 0; o < in; o += sp->page_size) {
+		uint64_t bit;
+
+		if (seg_bit(sp, pl->src + (a + o - pl->start), &bit))
+			page_done(sp, bit);
+	}
+	if (res->done)
+		atomic_fetch_add(pl->zero ? &sp->st.zero
+				 : background ? &sp->st.background
+					      : &sp->st.urgent,
+				 res->done / sp->page_size);
+	if (res->present)
+		atomic_fetch_add(&sp->st.eexist, res->present / sp->page_size);
+	if (res->end == UFFD_GONE && res->err == -ESRCH)
+		space_mark_gone(sp);
+	return res->end == UFFD_DONE ? 0 : res->err;
+}
+
+static void install_req(struct space *sp, struct inst_req *q, uint64_t dst,
+			size_t len, const void *src, bool zero,
+			unsigned int flags)
+{
+	*q = (struct inst_req){
+		.uffd = sp->uffd,
+		.op = zero ? INST_ZERO : INST_COPY,
+		.flags = flags | (zero && sp->huge ? INST_ZERO_COPY : 0),
+		.dst = dst,
+		.len = len,
+		.page_size = sp->page_size,
+		.src = zero ? NULL : src,
+	};
+}
+
+/*
+ * install_window_locked() - install the planned window from @buf (NULL:
+ * zeros), in runs of wanted pages. Returns 0, -EAGAIN (an event is
+ * pending: park the fault) or the -errno of a failed install.
+ * Context: sp->lock (read), the plan still current.
+ */
+static int install_window_locked(struct space *sp, const struct plan *pl,
+				 const char *buf)
+{
+	uint64_t end = pl->start + pl->len, a = pl->start;
+	size_t ps = sp->page_size;
+
+	while (a < end) {
+		struct inst_req q;
+		struct inst_res res;
+		uint64_t b;
+		int ret;
+
+		if (!page_wanted(sp, pl, a)) {
+			a += ps;
+			continue;
+		}
+		for (b = a + ps; b < end && page_wanted(sp, pl, b); b += ps)
+			;
+		install_req(sp, &q, a, b - a, buf ? buf + (a - pl->start) : 0,
+			    pl->zero, 0);
+		install_range(&q, &res);
+		ret = install_done(sp, pl, a, &res, false);
+		if (ret)
+			return ret;
+		a = b;
+	}
+	return 0;
+}
+
+/* Poison the faulting page: the source cannot give its content. */
+static void poison_page_locked(struct space *sp, const struct plan *pl,
+			       int err)
+{
+	struct inst_req q = {
+		.uffd = sp->uffd, .op = INST_POISON, .dst = pl->page,
+		.len = sp->page_size, .page_size = sp->page_size,
+	};
+	struct inst_res res;
+	uint64_t bit;
+
+	dlog(0, "%s: space %llu: page %#llx (source offset %#llx): %s: "
+		"poisoned", sp->s->o.name, (unsigned long long)sp->id,
+	     (unsigned long long)pl->page,
+	     (unsigned long long)(pl->src + (pl->page - pl->start)),
+	     strerror(-err));
+	install_range(&q, &res);
+	if (res.done)
+		atomic_fetch_add(&sp->st.poisoned, 1);
+	if (res.end != UFFD_AGAIN &&
+	    seg_bit(sp, pl->src + (pl->page - pl->start), &bit))
+		page_done(sp, bit);
+}
+
+/*
+ * Read the planned window; a window that fails is read again as the
+ * faulting page alone, so that one bad block poisons only what is asked.
+ * Returns 0, or the -errno of the faulting page's content.
+ */
+static int fill_plan(struct space *sp, struct plan *pl, char *buf)
+{
+	int ret = fill_window(sp, pl->src, pl->len, buf);
+
+	if (!ret || pl->len == sp->page_size)
+		return ret;
+	pl->src += pl->page - pl->start;
+	pl->start = pl->page;
+	pl->len = sp->page_size;
+	return fill_window(sp, pl->src, pl->len, buf);
+}
+
+enum { F_DONE, F_PARK, F_REPLAN };
+
+static int fault_once(struct space *sp, uint64_t page, char *buf)
+{
+	struct plan pl;
+	int ret = 0;
+
+	pthread_rwlock_rdlock(&sp->lock);
+	if (!plan_locked(sp, page, &pl)) {
+		pthread_rwlock_unlock(&sp->lock);
+		uffd_wake(sp->uffd, page, sp->page_size);
+		return F_DONE;
+	}
+	pthread_rwlock_unlock(&sp->lock);
+	if (!pl.zero)
+		ret = fill_plan(sp, &pl, buf);
+	pthread_rwlock_rdlock(&sp->lock);
+	if (pl.gen != sp->gen) {
+		pthread_rwlock_unlock(&sp->lock);
+		return F_REPLAN;
+	}
+	if (ret)
+		poison_page_locked(sp, &pl, ret);
+	else
+		ret = install_window_locked(sp, &pl, pl.zero ? NULL : buf);
+	pthread_rwlock_unlock(&sp->lock);
+	if (ret == -EAGAIN)
+		return F_PARK;
+	if (ret && ret != -EBADMSG && ret != -EIO)
+		dlog(0, "%s: space %llu: fault at %#llx: %s", sp->s->o.name,
+		     (unsigned long long)sp->id, (unsigned long long)page,
+		     strerror(-ret));
+	return F_DONE;
+}
+
+static void fault_latency(struct space *sp, const struct fault_req *req)
+{
+	uint64_t now = now_ns();
+
+	stat_latency_shared(&sp->lat, now - req->t_read);
+	atomic_store(&sp->s->last_fault_ns, now);
+}
+
+static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
+				  struct fault_req *req)
+{
+	struct space *sp = p->owner;
+	struct worker *w = rd->owner;
+	uint64_t page = req->addr & ~(uint64_t)(sp->page_size - 1);
+	int ret = F_REPLAN;
+
+	if (!req->counted) {
+		req->counted = true;
+		atomic_fetch_add(&sp->st.faults, 1);
+		session_note_fault(sp->s, sp, page);
+	}
+	for (int i = 0; i < FAULT_TRIES && ret == F_REPLAN; i++)
+		ret = fault_once(sp, page, w->buf);
+	if (ret == F_DONE) {
+		fault_latency(sp, req);
+		return ULOOP_DONE;
+	}
+	atomic_fetch_add(&sp->st.eagain, 1);
+	return ULOOP_PARK;
+}
+
+const struct uport_ops space_port_ops = {
+	.event = space_event,
+	.fault = space_fault,
+};
+
+/* ------------------------------------------------------------------------
+ * The push's view: runs of pending pages.
+ */
+
+/*
+ * Is page @a of range @r pending? Sets *bit. Context: sp->lock.
+ */
+static bool page_pending(struct space *sp, const struct srange *r,
+			 uint64_t a, uint64_t *bit)
+{
+	return seg_bit(sp, r->src_off + (a - r->start), bit) &&
+	       !bit_test(sp->done, *bit);
+}
+
+/* The kind of the source at @soff, and where that run of it ends. */
+static enum src_kind src_kind_at(struct space *sp, uint64_t soff,
+				 uint64_t *end)
+{
+	struct src_extent e;
+
+	if (source_extent(sp->src, soff, &e) < 0) {
+		*end = UINT64_MAX;
+		return SRC_ZERO;
+	}
+	*end = e.off + e.len;
+	return e.kind == SRC_DATA ? SRC_DATA : SRC_ZERO;
+}
+
+/* Extend the run that starts at @a in @r: pending, one kind, <= @max. */
+static void run_extend(struct space *sp, const struct srange *r, uint64_t a,
+		       size_t max, struct space_run *run)
+{
+	uint64_t end, soff = r->src_off + (a - r->start), b, bit;
+
+	run->kind = src_kind_at(sp, soff, &end);
+	end = min_u64(end - soff, max) + a;
+	end = min_u64(end, r->start + r->len);
+	for (b = a + sp->page_size; b < end && page_pending(sp, r, b, &bit);
+	     b += sp->page_size)
+		;
+	run->start = a;
+	run->len = b - a;
+	run->src_off = soff;
+}
+
+/*
+ * space_next_pending() - the first run of pending pages of @sp at or after
+ * client address @from: tracked, not done, of one kind of source extent,
+ * at most @max bytes, in one range. Returns false when there is none
+ * after @from. *gen is for space_install_run().
+ * Context: a push thread; takes sp->lock for reading.
+ */
+bool space_next_pending(struct space *sp, uint64_t from,
+			struct space_run *run, size_t max, uint64_t *gen)
+{
+	bool found = false;
+	uint64_t bit;
+
+	pthread_rwlock_rdlock(&sp->lock);
+	*gen = sp->gen;
+	for (size_t i = range_first_after_locked(sp, from);
+	     i < sp->nr && !found; i++) {
+		const struct srange *r = &sp->r[i];
+		uint64_t a = max_u64(from, r->start);
+
+		a = (a + sp->page_size - 1) & ~(uint64_t)(sp->page_size - 1);
+		for (; a < r->start + r->len; a += sp->page_size) {
+			if (!page_pending(sp, r, a, &bit)) {
+				/* A whole word of done pages: skip it. */
+				if (bit % 64 == 0 &&
+				    atomic_load(&sp->done[bit / 64]) == ~0ull &&
+				    a + 64 * sp->page_size <=
+					    r->start + r->len &&
+				    seg_find(sp, r->src_off + (a - r->start)) ==
+					    seg_find(sp, r->src_off +
+								 (a - r->start) +
+								 63 * sp->page_size))
+					a += 63 * sp->page_size;
+				continue;
+			}
+			run_extend(sp, r, a, max, run);
+			found = true;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&sp->lock);
+	return found;
+}
+
+/*
+ * space_install_run() - install @run from @buf (its content, or NULL for a
+ * zero run), its pages that are still pending, without waking anyone.
+ * Returns the pages installed, -ESTALE (an event changed the ranges since
+ * the run was found: find it again), -EAGAIN (an event is pending) or the
+ * -errno of a failed install. Context: a push thread.
+ */
+ssize_t space_install_run(struct space *sp, const struct space_run *run,
+			  const void *buf, uint64_t gen, bool background)
+{
+	struct plan pl = {
+		.page = UINT64_MAX, .start = run->start, .len = run->len,
+		.src = run->src_off, .zero = run->kind != SRC_DATA,
+	};
+	uint64_t end = run->start + run->len, a = run->start;
+	size_t ps = sp->page_size;
+	ssize_t pages = 0;
+	int ret = 0;
+
+	pthread_rwlock_rdlock(&sp->lock);
+	if (gen != sp->gen || atomic_load(&sp->dead))
+		ret = -ESTALE;
+	while (!ret && a < end) {
+		struct inst_req q;
+		struct inst_res res;
+		uint64_t b, bit;
+
+		if (!seg_bit(sp, pl.src + (a - pl.start), &bit) ||
+		    bit_test(sp->done, bit)) {
+			a += ps;
+			continue;
+		}
+		for (b = a + ps; b < end && seg_bit(sp, pl.src + (b - pl.start),
+						    &bit) &&
+				 !bit_test(sp->done, bit);
+		     b += ps)
+			;
+		install_req(sp, &q, a, b - a,
+			    buf ? (const char *)buf + (a - pl.start) : NULL,
+			    pl.zero, INST_DONTWAKE);
+		install_range(&q, &res);
+		pages += (ssize_t)(res.done / ps);
+		ret = install_done(sp, &pl, a, &res, background);
+		a = b;
+	}
+	pthread_rwlock_unlock(&sp->lock);
+	return ret ? ret : pages;
+}
+
+/*
+ * space_poison_run() - the source cannot give the content of @run: its
+ * pages that are still pending are poisoned (every access gets SIGBUS).
+ */
+void space_poison_run(struct space *sp, const struct space_run *run,
+		      uint64_t gen, int err)
+{
+	pthread_rwlock_rdlock(&sp->lock);
+	for (uint64_t a = run->start;
+	     gen == sp->gen && a < run->start + run->len; a += sp->page_size) {
+		struct plan pl = { .page = a, .start = a, .len = sp->page_size,
+				   .src = run->src_off + (a - run->start) };
+		uint64_t bit;
+
+		if (seg_bit(sp, pl.src, &bit) && !bit_test(sp->done, bit))
+			poison_page_locked(sp, &pl, err);
+	}
+	pthread_rwlock_unlock(&sp->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Creating, forking, freeing.
+ */
+
+static int cmp_start(const void *a, const void *b)
+{
+	const struct srange *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int cmp_seg(const void *a, const void *b)
+{
+	const struct sseg *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sort the ranges and check them: aligned, non-empty, apart, in source. */
+static int ranges_check(struct space *sp, const char **why)
+{
+	uint64_t mask = sp->page_size - 1;
+
+	qsort(sp->r, sp->nr, sizeof(sp->r[0]), cmp_start);
+	for (size_t i = 0; i < sp->nr; i++) {
+		const struct srange *r = &sp->r[i];
+
+		*why = "a range is empty or not aligned to the page size";
+		if (!r->len || ((r->start | r->len | r->src_off) & mask) ||
+		    r->start + r->len < r->start)
+			return -EINVAL;
+		*why = "a range reaches past the end of its source";
+		if (r->src_off > sp->src->size ||
+		    r->len > sp->src->size - r->src_off)
+			return -ERANGE;
+		*why = "ranges overlap";
+		if (i && sp->r[i - 1].start + sp->r[i - 1].len > r->start)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/* The segments: given, or each range's source part (which must be apart). */
+static int segs_make(struct space *sp, const struct sseg *seg, size_t nseg,
+		     const char **why)
+{
+	uint64_t bit = 0;
+
+	sp->nseg = seg ? nseg : sp->nr;
+	sp->seg = calloc(sp->nseg ? sp->nseg : 1, sizeof(*sp->seg));
+	if (!sp->seg)
+		return -ENOMEM;
+	for (size_t i = 0; i < sp->nseg; i++)
+		sp->seg[i] = seg ? seg[i]
+				 : (struct sseg){ sp->r[i].src_off,
+						  sp->r[i].len, 0 };
+	qsort(sp->seg, sp->nseg, sizeof(sp->seg[0]), cmp_seg);
+	for (size_t i = 0; i < sp->nseg; i++) {
+		struct sseg *g = &sp->seg[i];
+
+		*why = "two ranges map the same part of the source";
+		if (i && g[-1].off + g[-1].len > g->off)
+			return -EINVAL;
+		*why = "a tracked part is not aligned to the page size";
+		if (!g->len || ((g->off | g->len) & (sp->page_size - 1)))
+			return -EINVAL;
+		g->bit = bit;
+		bit += g->len / sp->page_size;
+	}
+	sp->nr_pages = bit;
+	return 0;
+}
+
+static int bitmaps_alloc(struct space *sp)
+{
+	size_t words = (sp->nr_pages + 63) / 64 + 1;
+
+	sp->done = calloc(words, sizeof(uint64_t));
+	sp->zero = calloc(words, sizeof(uint64_t));
+	return sp->done && sp->zero ? 0 : -ENOMEM;
+}
+
+static struct space *space_alloc(struct session *s, struct source *src,
+				 size_t page_size)
+{
+	struct space *sp = calloc(1, sizeof(*sp));
+
+	if (!sp)
+		return NULL;
+	sp->s = s;
+	sp->src = src;
+	sp->uffd = -1;
+	sp->pidfd = -1;
+	sp->page_size = page_size;
+	sp->huge = page_size > 4096;
+	sp->around = s->o.around > page_size ? s->o.around : page_size;
+	if (!s->o.around)
+		sp->around = AROUND_DEFAULT > page_size ? AROUND_DEFAULT
+							: page_size;
+	pthread_rwlock_init(&sp->lock, NULL);
+	return sp;
+}
+
+/*
+ * space_create() - a space for @uffd (taken over on success) of process
+ * @pid (0: unknown), whose client ranges @r map onto @src; @seg (NULL:
+ * the ranges' own source parts) are the source offsets to push. Errors
+ * say why in *why.
+ */
+int space_create(struct session *s, int uffd, pid_t pid, uint64_t id,
+		 struct source *src, const struct srange *r, size_t nr,
+		 const struct sseg *seg, size_t nseg, const char **why,
+		 struct space **spp)
+{
+	struct space *sp = space_alloc(s, src, src->page_size);
+	int ret = -ENOMEM;
+
+	*why = "out of memory";
+	if (!sp)
+		return -ENOMEM;
+	sp->id = id;
+	sp->pid = pid;
+	sp->cap = nr ? nr : 1;
+	sp->r = malloc(sp->cap * sizeof(*sp->r));
+	if (!sp->r)
+		goto err;
+	memcpy(sp->r, r, nr * sizeof(*r));
+	sp->nr = nr;
+	ret = ranges_check(sp, why);
+	if (!ret)
+		ret = segs_make(sp, seg, nseg, why);
+	if (!ret)
+		ret = bitmaps_alloc(sp);
+	if (ret)
+		goto err;
+	atomic_store(&sp->pending, sp->nr_pages);
+	sp->uffd = uffd;
+	uport_init(&sp->port, uffd, &space_port_ops, sp, sp->page_size,
+		   s->nr_handlers);
+	*spp = sp;
+	return 0;
+err:
+	sp->uffd = -1;
+	space_free(sp);
+	return ret;
+}
+
+/* Pages of the copied bitmap not done: the child's pending count. */
+static uint64_t count_pending(const struct space *sp)
+{
+	uint64_t done = 0;
+
+	for (uint64_t w = 0; w < (sp->nr_pages + 63) / 64; w++)
+		done += (uint64_t)__builtin_popcountll(
+			atomic_load(&sp->done[w]));
+	return sp->nr_pages - done;
+}
+
+/*
+ * space_fork_locked() - the space of a child that @sp's process forked
+ * (@ufd: the child's userfaultfd, taken over on success): the parent's
+ * ranges and tracked pages as of now, which is as of the fork - the
+ * child cannot run before its FORK event is read. Pages done in the
+ * parent that the child lacks fault in it and are served again.
+ * Context: sp->lock (read), from the FORK event.
+ */
+int space_fork_locked(struct space *sp, int ufd, struct space **childp)
+{
+	struct space *c = space_alloc(sp->s, sp->src, sp->page_size);
+	size_t words = (sp->nr_pages + 63) / 64 + 1;
+
+	if (!c)
+		return -ENOMEM;
+	c->id = sp->id;
+	c->around = sp->around;
+	c->nr = c->cap = sp->nr;
+	c->nseg = sp->nseg;
+	c->nr_pages = sp->nr_pages;
+	c->r = malloc((c->cap ? c->cap : 1) * sizeof(*c->r));
+	c->seg = malloc((c->nseg ? c->nseg : 1) * sizeof(*c->seg));
+	if (!c->r || !c->seg || bitmaps_alloc(c) < 0) {
+		space_free(c);
+		return -ENOMEM;
+	}
+	memcpy(c->r, sp->r, c->nr * sizeof(*c->r));
+	memcpy(c->seg, sp->seg, c->nseg * sizeof(*c->seg));
+	for (size_t w = 0; w < words; w++) {
+		atomic_store(&c->done[w], atomic_load(&sp->done[w]));
+		atomic_store(&c->zero[w], atomic_load(&sp->zero[w]));
+	}
+	atomic_store(&c->pending, count_pending(c));
+	c->uffd = ufd;
+	uport_init(&c->port, ufd, &space_port_ops, c, c->page_size,
+		   sp->s->nr_handlers);
+	*childp = c;
+	return 0;
+}
+
+/* Free a space no thread uses any more; closes its descriptors. */
+void space_free(struct space *sp)
+{
+	if (!sp)
+		return;
+	if (sp->uffd >= 0) {
+		uport_destroy(&sp->port);
+		close(sp->uffd);
+	}
+	if (sp->pidfd >= 0)
+		close(sp->pidfd);
+	pthread_rwlock_destroy(&sp->lock);
+	free(sp->r);
+	free(sp->seg);
+	free((void *)sp->done);
+	free((void *)sp->zero);
+	free(sp);
+}

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * src_image.c - a faultd checkpoint image as a source: offsets are region
+ * offsets, extents are the image's (data, or zeros where it stores none),
+ * and every block read is checked against its checksum by image_read():
+ * a block that fails reads as -EBADMSG, which the engine poisons.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+struct src_image {
+	struct source src;
+	struct image *img;
+};
+
+static ssize_t img_read(struct source *s, uint64_t off, void *buf,
+			size_t len)
+{
+	struct src_image *si = (struct src_image *)s;
+	ssize_t n = image_read(si->img, off, buf, len);
+
+	return n < 0 ? n : (ssize_t)len;
+}
+
+static int img_extent(struct source *s, uint64_t off, struct src_extent *e)
+{
+	struct src_image *si = (struct src_image *)s;
+	uint64_t start, len;
+	int data = image_extent_at(si->img, off, &start, &len);
+
+	if (data < 0)
+		return data;
+	/* The region's last page may be partly past its length. */
+	len = (len + 4095) & ~4095ull;
+	*e = (struct src_extent){ start, len, data ? SRC_DATA : SRC_ZERO };
+	return 0;
+}
+
+static void img_destroy(struct source *s)
+{
+	struct src_image *si = (struct src_image *)s;
+
+	image_close(si->img);
+	free(si);
+}
+
+static const struct source_ops src_image_ops = {
+	.name = "image",
+	.read = img_read,
+	.extent = img_extent,
+	.destroy = img_destroy,
+};
+
+/*
+ * src_image_open() - a source over the image open on @fd (the caller
+ * keeps @fd; the image holds its own). Returns 0, -EINVAL (not an image),
+ * -EOPNOTSUPP (incremental: served in the process only), or -errno.
+ */
+int src_image_open(int fd, struct source **sp)
+{
+	struct src_image *si = calloc(1, sizeof(*si));
+	int ret;
+
+	if (!si)
+		return -ENOMEM;
+	ret = image_open(fd, NULL, &si->img);
+	if (!ret && (si->img->h.flags & IMG_INCREMENTAL))
+		ret = -EOPNOTSUPP;
+	if (ret) {
+		if (si->img)
+			image_close(si->img);
+		free(si);
+		return ret;
+	}
+	si->src.ops = &src_image_ops;
+	si->src.size = (si->img->h.region_len + 4095) & ~4095ull;
+	si->src.page_size = 4096;
+	memcpy(si->src.id, si->img->h.id, sizeof(si->img->h.id));
+	memcpy(si->src.id + 16, &si->img->h.region_len, 8);
+	*sp = &si->src;
+	return 0;
+}
+
+/* The image behind a source made by src_image_open(). */
+struct image *src_image_of(struct source *s)
+{
+	return ((struct src_image *)s)->img;
+}
