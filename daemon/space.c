@@ -557,7 +557,8 @@ static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 		atomic_fetch_add(&sp->st.eexist, res->present / sp->page_size);
 	if (res->end == UFFD_GONE && res->err == -ESRCH)
 		space_mark_gone(sp);
-	return res->end == UFFD_DONE ? 0 : res->err;
+	/* Gone: the range or the process; nothing is left to do there. */
+	return res->end == UFFD_DONE || res->end == UFFD_GONE ? 0 : res->err;
 }
 
 static void install_req(struct space *sp, struct inst_req *q, uint64_t dst,

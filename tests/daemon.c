@@ -23,6 +23,7 @@
 #include "helpers.h"
 #include "internal.h"
 #include "proto.h"
+#include "resources.h"
 
 #define TAG 0xdae
 
@@ -335,9 +336,10 @@ union reg_msg {
 	struct proto_register reg;
 };
 
-/* Send REGISTER with @n ranges and @fds; the reply's error (0: ACK). */
-static int raw_register(struct raw *c, const struct proto_range *r,
-			unsigned int n, const int *fds, unsigned int nfds)
+/* Send REGISTER with @n ranges, @flags and @fds; the reply's error. */
+static int raw_register_flags(struct raw *c, const struct proto_range *r,
+			      unsigned int n, uint32_t flags, const int *fds,
+			      unsigned int nfds)
 {
 	union reg_msg m = { 0 };
 	union {
@@ -351,12 +353,20 @@ static int raw_register(struct raw *c, const struct proto_range *r,
 	proto_init(&m.reg.h, MSG_REGISTER,
 		   sizeof(m.reg) + n * sizeof(m.reg.r[0]));
 	m.reg.nr_ranges = n;
+	m.reg.flags = flags;
 	memcpy(m.reg.r, r, n * sizeof(*r));
 	cr_assert_eq(proto_send(c->sock, &m, fds, nfds), 0);
 	len = proto_recv(c->sock, &u, sizeof(u), NULL, 0, NULL);
 	cr_assert_gt(len, 0);
 	cr_assert_eq(proto_check(&u, (size_t)len, &why), 0);
 	return u.h.type == MSG_ACK ? 0 : u.err.err;
+}
+
+/* Send REGISTER with @n ranges and @fds; the reply's error (0: ACK). */
+static int raw_register(struct raw *c, const struct proto_range *r,
+			unsigned int n, const int *fds, unsigned int nfds)
+{
+	return raw_register_flags(c, r, n, 0, fds, nfds);
 }
 
 static void raw_close(struct raw *c)
@@ -546,5 +556,130 @@ Test(daemon, events_during_restore)
 	cr_assert(raw_wait_done(&c));
 	munmap(moved, MIB);
 	raw_close(&c);
+	cr_assert(daemon_alive());
+}
+
+/*
+ * Many mremaps during a lazy restore: page 2k of a 20,000-page region
+ * moves, one page at a time, to page k of another mapping - 10,000 moves,
+ * each splitting the daemon's range table. Every moved and unmoved page
+ * then reads its own image content (the daemon once stopped splitting
+ * past 514 ranges and served other pages' content from there on).
+ */
+Test(daemon, ten_thousand_remaps_keep_every_page)
+{
+	size_t pages = 20000, len = pages * 4096, moves = pages / 2;
+	const char *img = make_image("remaps", len, TAG);
+	struct raw c = raw_client(img, len, UFFD_FEATURE_EVENT_REMAP);
+	struct proto_range whole = { (uintptr_t)c.base, len, 0 };
+	int fds[2] = { c.uffd, c.image };
+	char *to = mmap(NULL, moves * 4096, PROT_NONE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert(to != MAP_FAILED);
+	cr_assert_eq(raw_register_flags(&c, &whole, 1, PROTO_REG_LAZY, fds, 2),
+		     0);
+	for (size_t k = 0; k < moves; k++)
+		cr_assert(mremap(c.base + 2 * k * 4096, 4096, 4096,
+				 MREMAP_MAYMOVE | MREMAP_FIXED,
+				 to + k * 4096) == to + k * 4096);
+	for (size_t k = 0; k < moves; k++) {
+		cr_assert_eq(pattern_check(TAG, 2 * k * 4096, to + k * 4096,
+					   4096), 0, "moved page %zu", k);
+		cr_assert_eq(pattern_check(TAG, (2 * k + 1) * 4096,
+					   c.base + (2 * k + 1) * 4096, 4096),
+			     0, "unmoved page %zu", 2 * k + 1);
+	}
+	munmap(to, moves * 4096);
+	raw_close(&c);
+	cr_assert(daemon_alive());
+}
+
+/* The number of sessions the daemon reports to faultctl. */
+static uint32_t daemon_sessions(void)
+{
+	union {
+		struct proto_status st;
+		char buf[PROTO_MAX_MSG];
+	} *u = malloc(sizeof(*u));
+	struct proto_hdr req;
+	struct proto_hello h;
+	int s = proto_connect(sock);
+	uint32_t n;
+
+	cr_assert(u && s >= 0);
+	cr_assert_eq(proto_hello(s, 0, &h), 0);
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	cr_assert_gt(proto_call(s, &req, NULL, 0, u, sizeof(*u)), 0);
+	cr_assert_eq(u->st.h.type, MSG_STATUS);
+	n = u->st.nr_sessions;
+	close(s);
+	free(u);
+	return n;
+}
+
+/* Touch every page of [base, base + len) for ever. */
+static void *toucher(void *arg)
+{
+	struct raw *c = arg;
+
+	for (;;)
+		for (size_t i = 0; i < c->len; i += 4096)
+			(void)*(volatile char *)(c->base + i);
+	return NULL;
+}
+
+/*
+ * A hostile client: while its faults are being served and parked (it
+ * keeps dropping pages with MADV_DONTNEED, so REMOVE events are pending
+ * when installs run), it clears O_NONBLOCK on its userfaultfd - a flag
+ * of the open file, which it shares with the daemon - then exits. The
+ * daemon must free the session and everything it held: once a session
+ * stayed for good, its thread blocked in read().
+ */
+static void hostile_main(void *arg)
+{
+	const char *img = arg;
+	struct raw c = raw_client(img, 4 * MIB, UFFD_FEATURE_EVENT_REMOVE);
+	struct proto_range whole = { (uintptr_t)c.base, 4 * MIB, 0 };
+	int fds[2] = { c.uffd, c.image };
+	pthread_t t;
+
+	if (raw_register_flags(&c, &whole, 1, PROTO_REG_LAZY, fds, 2))
+		_exit(1);
+	pthread_create(&t, NULL, toucher, &c);
+	for (int round = 0; round < 2000; round++) {
+		madvise(c.base, 4 * MIB, MADV_DONTNEED);
+		if (round == 1000)
+			fcntl(c.uffd, F_SETFL,
+			      fcntl(c.uffd, F_GETFL) & ~O_NONBLOCK);
+	}
+	_exit(0);
+}
+
+Test(daemon, client_clearing_o_nonblock_loses_nothing_of_the_daemon)
+{
+	const char *img = make_image("hostile", 4 * MIB, TAG);
+	struct resources before, after;
+	uint64_t end;
+
+	/* A first session, so that the daemon's lasting state is there. */
+	cr_assert_eq(run_in_child(hostile_main, (void *)img), -1);
+	end = test_now_ns() + 20000000000ull;
+	while (daemon_sessions() && test_now_ns() < end)
+		sched_yield();
+	before = resources_of(daemon_pid);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(run_in_child(hostile_main, (void *)img), -1);
+	end = test_now_ns() + 20000000000ull;
+	while (daemon_sessions() && test_now_ns() < end)
+		sched_yield();
+	cr_assert_eq(daemon_sessions(), 0, "a session outlived its client");
+	do
+		after = resources_of(daemon_pid);
+	while ((after.fds != before.fds || after.threads != before.threads) &&
+	       test_now_ns() < end);
+	cr_assert_eq(after.fds, before.fds);
+	cr_assert_eq(after.threads, before.threads);
 	cr_assert(daemon_alive());
 }
