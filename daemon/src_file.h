@@ -25,7 +25,7 @@
  * uses). @size 0 means the whole file. The file's holes are found once,
  * here (SEEK_DATA / SEEK_HOLE): a page that holds any data is DATA.
  * Returns 0 and the source in *out, or -errno with a message in @why
- * (FC_WHY_MAX bytes are enough): -ERANGE the file is shorter than @size,
+ * (192 bytes are enough): -ERANGE the file is shorter than @size,
  * -EINVAL a page size other than those, a size that is no whole number
  * of pages or 0, a path that is not a regular file; what open(), fstat()
  * and lseek() said; -ENOMEM.

@@ -28,8 +28,9 @@
  *     back in the memory file, in the order given.
  *
  * The guest: T threads touch the pages (all, or a seeded random fraction
- * F of them) in a seeded random order, each touch a load or, for PCT % of
- * them, a store of the byte the file has there; then every touched page
+ * F of them) in a seeded random order, each touch a load of 8 bytes or,
+ * for PCT % of them, a store of the 8 the file has there (a write fault
+ * that changes nothing); then every touched page
  * is compared with the memory file, read with pread(), never through a
  * mapping. Then a balloon inflation: MADV_DONTNEED over OFF,LEN of guest
  * memory (default: an eighth of it, from a quarter in), after which every
