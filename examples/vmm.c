@@ -45,8 +45,9 @@
  * registers both regions for missing faults, connects to the page-fault
  * handler listening on PATH, sends it the regions as the JSON Firecracker
  * sends with the userfaultfd attached, and keeps both open. The handler
- * (faultd firecracker, or any Firecracker handler, given FILE) serves
- * every page KVM faults on. The checks read FILE with pread().
+ * (any Firecracker page-fault handler serving FILE, such as
+ * `faultd-bench fc-example PATH FILE`) serves every page KVM faults on.
+ * The checks read FILE with pread().
  *
  * Exit status: 0 the checksum matches, 1 it does not, 2 an error, 77 no
  * usable KVM or userfaultfd here (a test harness counts it as skipped).
