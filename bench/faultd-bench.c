@@ -6,6 +6,8 @@
  *   faultd-bench run SCENARIO|all [--seconds S] [--threads N] [--size MIB]
  *                [--rounds R] [--json] [--place P] [--handlers H]
  *   faultd-bench sweep SCENARIO ...      (thread-count sweeps: sweep.c)
+ *   faultd-bench fc-example SOCKET MEMFILE   (Firecracker's example
+ *                                        handler: fc-example.c)
  *
  * Each scenario runs its variants side by side in one process, interleaved
  * (a warm-up round, then A B A B ... for R rounds), because ratios measured
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "fc-example.h"
 
 static const struct scenario *const scenarios[] = {
 	&scenario_pf1,
@@ -247,7 +250,9 @@ static void usage(FILE *f)
 		   "                [--place none|local|interleave|remote] "
 		   "[--handlers with-region|elsewhere]\n"
 		   "       faultd-bench sweep SCENARIO [--threads N,N,...] "
-		   "[...]   (options: faultd-bench sweep)\n");
+		   "[...]   (options: faultd-bench sweep)\n"
+		   "       faultd-bench fc-example SOCKET MEMFILE "
+		   "[--ignore-remove] [--skew]\n");
 }
 
 static int parse_opts(int argc, char **argv, struct bench_opts *o)
@@ -304,6 +309,8 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 2 && !strcmp(argv[1], "sweep"))
 		return sweep_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "fc-example"))
+		return fc_example_main(argc - 1, argv + 1);
 	if (argc < 3 || strcmp(argv[1], "run")) {
 		usage(stderr);
 		return 2;

@@ -4,6 +4,8 @@
  * restored lazily from a snapshot, the way Firecracker restores microVMs.
  *
  *   vmm [--socket PATH] [--size MIB] [--image PATH] [--lazy]
+ *   vmm --write-mem-file FILE [--size MIB]
+ *   vmm --uffd-socket PATH --mem-file FILE
  *
  * Snapshot: the program fills a region (64 MiB by default) with a small
  * guest program and a pattern, computes the checksum the guest should
@@ -33,6 +35,20 @@
  * instruction at a time, about 1,000 times slower than on hardware; a
  * guest that summed every word would take seconds per 16 MiB there.
  *
+ * Firecracker's way (--uffd-socket): --write-mem-file writes the same
+ * guest memory as a raw memory file, as Firecracker's snapshots have it.
+ * A restore from it does what Firecracker's Uffd memory backend does: the
+ * guest memory is anonymous (two regions, back to back in the file, the
+ * way Firecracker splits an x86 guest around its MMIO gap, each mapped
+ * private at a 2 MiB boundary), the program makes a userfaultfd
+ * (O_CLOEXEC|O_NONBLOCK, not user-mode only, UFFD_FEATURE_EVENT_REMOVE),
+ * registers both regions for missing faults, connects to the page-fault
+ * handler listening on PATH, sends it the regions as the JSON Firecracker
+ * sends with the userfaultfd attached, and keeps both open. The handler
+ * (any Firecracker page-fault handler serving FILE, such as
+ * `faultd-bench fc-example PATH FILE`) serves every page KVM faults on.
+ * The checks read FILE with pread().
+ *
  * Exit status: 0 the checksum matches, 1 it does not, 2 an error, 77 no
  * usable KVM or userfaultfd here (a test harness counts it as skipped).
  * KVM faults on guest memory from the kernel, so the userfaultfd must not
@@ -53,7 +69,11 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <linux/userfaultfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +84,9 @@
 #define PORT_RUNNING 0x10	/* the guest's first instruction writes here */
 #define PORT_CHECKSUM 0x11	/* and its checksum here, as a dword */
 #define EXIT_SKIP 77
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
 
 /*
  * The guest, at guest-physical address 0. It runs with ECX = the number of
@@ -104,6 +127,9 @@ struct options {
 	size_t size;		/* bytes */
 	const char *image;
 	bool lazy;
+	const char *write_mem_file;	/* write it and exit */
+	const char *uffd_socket;	/* restore as Firecracker does */
+	const char *mem_file;		/* from this memory file */
 };
 
 struct vm {
@@ -236,22 +262,32 @@ static int kvm_open(void)
 	return fd;
 }
 
-/* A VM whose physical memory, from address 0, is @mem. */
-static void vm_create(struct vm *vm, void *mem, size_t size)
+/* Guest memory: @n pieces, one after the other from physical address 0. */
+struct guest_mem {
+	unsigned int n;
+	struct {
+		void *base;
+		size_t size;
+	} r[2];
+};
+
+/* A VM whose physical memory, from address 0, is @m. */
+static void vm_create(struct vm *vm, const struct guest_mem *m)
 {
-	struct kvm_userspace_memory_region slot = {
-		.slot = 0,
-		.guest_phys_addr = 0,
-		.memory_size = size,
-		.userspace_addr = (uintptr_t)mem,
-	};
+	struct kvm_userspace_memory_region slot = { 0 };
 	int run_size;
 
 	vm->fd = ioctl(vm->kvm, KVM_CREATE_VM, 0);
 	if (vm->fd < 0)
 		die("KVM_CREATE_VM", errno);
-	if (ioctl(vm->fd, KVM_SET_USER_MEMORY_REGION, &slot) < 0)
-		die("KVM_SET_USER_MEMORY_REGION", errno);
+	for (unsigned int i = 0; i < m->n; i++) {
+		slot.slot = i;
+		slot.memory_size = m->r[i].size;
+		slot.userspace_addr = (uintptr_t)m->r[i].base;
+		if (ioctl(vm->fd, KVM_SET_USER_MEMORY_REGION, &slot) < 0)
+			die("KVM_SET_USER_MEMORY_REGION", errno);
+		slot.guest_phys_addr += m->r[i].size;
+	}
 	vm->vcpu = ioctl(vm->fd, KVM_CREATE_VCPU, 0);
 	if (vm->vcpu < 0)
 		die("KVM_CREATE_VCPU", errno);
@@ -416,11 +452,13 @@ static void print_timing(const struct options *o, const struct timing *t)
 {
 	double run = t->halted - t->vm_ready;
 
-	printf("restore (%s): faultd_restore() %.2f ms, VM set up %.2f ms\n"
+	printf("restore (%s): %s %.2f ms, VM set up %.2f ms\n"
 	       "  first guest instruction %.2f ms after the restore began\n"
 	       "  guest halted %.1f ms after it (run %.1f ms: %.0f MiB/s "
 	       "read by the guest)\n",
+	       o->uffd_socket ? "through a Firecracker page-fault handler" :
 	       o->socket ? "through the faultd daemon" : "in the process",
+	       o->uffd_socket ? "memory and handshake" : "faultd_restore()",
 	       (t->restored - t->start) * 1e3,
 	       (t->vm_ready - t->restored) * 1e3,
 	       (t->first - t->start) * 1e3, (t->halted - t->start) * 1e3,
@@ -439,6 +477,7 @@ static int restore_and_run(const struct options *o, int kvm, uint32_t *sum,
 	struct vm vm = { .kvm = kvm };
 	struct faultd_region *r;
 	struct faultd_ctx *ctx;
+	struct guest_mem m = { .n = 1 };
 	int ret;
 
 	ret = faultd_ctx_create(NULL, &ctx);
@@ -447,7 +486,9 @@ static int restore_and_run(const struct options *o, int kvm, uint32_t *sum,
 	t.start = now();
 	r = restore(ctx, o);
 	t.restored = now();
-	vm_create(&vm, faultd_region_base(r), faultd_region_size(r));
+	m.r[0].base = faultd_region_base(r);
+	m.r[0].size = faultd_region_size(r);
+	vm_create(&vm, &m);
 	vcpu_init(&vm, faultd_region_size(r) / PAGE_SIZE);
 	t.vm_ready = now();
 	ret = vm_run(&vm, &t, sum);
@@ -464,6 +505,225 @@ static int restore_and_run(const struct options *o, int kvm, uint32_t *sum,
 }
 
 /* ------------------------------------------------------------------------
+ * Firecracker's way: a memory file, and a page-fault handler that gets
+ * the guest memory's userfaultfd over a Unix socket.
+ */
+
+#define FC_ALIGN (2ul << 20)	/* Firecracker aligns guest memory so */
+
+/* --write-mem-file: the snapshot's guest memory, raw. */
+static void write_mem_file(const struct options *o)
+{
+	uint32_t *mem = malloc(o->size), sum;
+	int fd = open(o->write_mem_file, O_WRONLY | O_CREAT | O_TRUNC |
+				      O_CLOEXEC, 0644);
+
+	if (!mem)
+		die("malloc", ENOMEM);
+	if (fd < 0)
+		die(o->write_mem_file, errno);
+	fill_memory(mem, o->size);
+	sum = checksum(mem, o->size / PAGE_SIZE);
+	if (write(fd, mem, o->size) != (ssize_t)o->size || close(fd))
+		die(o->write_mem_file, errno);
+	printf("memory file: %zu MiB of guest memory -> %s, checksum %08x\n",
+	       o->size >> 20, o->write_mem_file, sum);
+	free(mem);
+}
+
+/* Anonymous private memory at a 2 MiB boundary: a PROT_NONE reservation
+ * trimmed to it, then the memory mapped over it, as Firecracker does. */
+static void *fc_map(size_t size)
+{
+	size_t alloc = size + FC_ALIGN - PAGE_SIZE, head, tail;
+	uint8_t *p, *a;
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+	p = mmap(NULL, alloc, PROT_NONE, flags, -1, 0);
+	if (p == MAP_FAILED)
+		die("mmap of guest memory", errno);
+	a = (uint8_t *)(((uintptr_t)p + FC_ALIGN - 1) & ~(FC_ALIGN - 1));
+	head = (size_t)(a - p);
+	tail = alloc - head - size;
+	if ((head && munmap(p, head)) || (tail && munmap(a + size, tail)))
+		die("munmap", errno);
+	if (mmap(a, size, PROT_READ | PROT_WRITE, flags | MAP_FIXED, -1, 0) !=
+	    a)
+		die("mmap of guest memory", errno);
+	return a;
+}
+
+/* /dev/userfaultfd where it exists, else the system call. Not user-mode
+ * only: KVM's faults on guest memory are the kernel's. */
+static int fc_uffd(void)
+{
+	struct uffdio_api api = { .api = UFFD_API,
+				  .features = UFFD_FEATURE_EVENT_REMOVE };
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC), fd = -1;
+
+	if (dev >= 0) {
+		fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+		close(dev);
+	} else if (errno == ENOENT) {
+		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	}
+	if (fd < 0) {
+		fprintf(stderr, "vmm: no userfaultfd for kernel faults: %s; "
+				"skipped\n", strerror(errno));
+		exit(EXIT_SKIP);
+	}
+	if (ioctl(fd, UFFDIO_API, &api) < 0)
+		die("UFFDIO_API", errno);
+	return fd;
+}
+
+static void fc_register(int uffd, void *base, size_t size)
+{
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)base, .len = size },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0)
+		die("UFFDIO_REGISTER", errno);
+}
+
+/* What serde_json writes for Firecracker's GuestRegionUffdMapping list. */
+static size_t fc_json(const struct guest_mem *m, char *buf, size_t cap)
+{
+	size_t len = 0, off = 0;
+
+	len += (size_t)snprintf(buf, cap, "[");
+	for (unsigned int i = 0; i < m->n; i++) {
+		len += (size_t)snprintf(buf + len, cap - len,
+			"%s{\"base_host_virt_addr\":%llu,\"size\":%zu,"
+			"\"offset\":%zu,\"page_size\":%d,\"page_size_kib\":"
+			"%d}", i ? "," : "",
+			(unsigned long long)(uintptr_t)m->r[i].base,
+			m->r[i].size, off, PAGE_SIZE, PAGE_SIZE);
+		off += m->r[i].size;
+	}
+	len += (size_t)snprintf(buf + len, cap - len, "]");
+	return len;
+}
+
+/* Connect to the handler and make the one sendmsg(): the JSON, the
+ * userfaultfd attached. The socket stays open: returned. */
+static int fc_handshake(const char *path, const struct guest_mem *m, int uffd)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char json[512], ctl[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = json };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = ctl,
+			      .msg_controllen = sizeof(ctl) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	iov.iov_len = fc_json(m, json, sizeof(json));
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &uffd, sizeof(uffd));
+	if (strlen(path) >= sizeof(a.sun_path))
+		die(path, ENAMETOOLONG);
+	strcpy(a.sun_path, path);
+	if (sock < 0 || connect(sock, (struct sockaddr *)&a, sizeof(a))) {
+		fprintf(stderr, "vmm: no page-fault handler on %s: %s\n", path,
+			strerror(errno));
+		exit(2);
+	}
+	if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)iov.iov_len)
+		die("sendmsg", errno);
+	return sock;
+}
+
+static void fc_pread(int fd, void *buf, size_t len, off_t off)
+{
+	if (pread(fd, buf, len, off) != (ssize_t)len)
+		die("reading the memory file", errno ? errno : EIO);
+}
+
+/* The guest's checksum as the memory file has it. */
+static uint32_t fc_file_checksum(int fd, size_t size)
+{
+	uint32_t s1 = 0, s2 = 0, w;
+
+	for (size_t p = 0; p < size / PAGE_SIZE; p++) {
+		fc_pread(fd, &w, sizeof(w), (off_t)(p * PAGE_SIZE));
+		s1 += w;
+		s2 += s1;
+	}
+	return s2;
+}
+
+/* After the run: the pages of guest memory that differ from the file. */
+static size_t fc_pages_wrong(int fd, const struct guest_mem *m)
+{
+	char page[PAGE_SIZE];
+	size_t wrong = 0;
+	off_t off = 0;
+
+	for (unsigned int i = 0; i < m->n; i++)
+		for (size_t at = 0; at < m->r[i].size; at += PAGE_SIZE) {
+			fc_pread(fd, page, PAGE_SIZE, off);
+			wrong += !!memcmp((char *)m->r[i].base + at, page,
+					  PAGE_SIZE);
+			off += PAGE_SIZE;
+		}
+	return wrong;
+}
+
+/* --uffd-socket: restore from the memory file through the handler. */
+static int fc_restore_and_run(const struct options *o, int kvm)
+{
+	struct guest_mem m = { .n = 2 };
+	struct timing t = { 0 };
+	struct vm vm = { .kvm = kvm };
+	int fd = open(o->mem_file, O_RDONLY | O_CLOEXEC), uffd, sock, ret;
+	uint32_t want, got = 0;
+	struct stat st;
+	size_t size, wrong;
+
+	if (fd < 0 || fstat(fd, &st))
+		die(o->mem_file, errno);
+	size = (size_t)st.st_size;
+	if (size < 2 * PAGE_SIZE || size % PAGE_SIZE ||
+	    size > (size_t)MAX_SIZE_MIB << 20)
+		die(o->mem_file, EINVAL);
+	want = fc_file_checksum(fd, size);
+	m.r[0].size = size / 2 / PAGE_SIZE * PAGE_SIZE;
+	m.r[1].size = size - m.r[0].size;
+	t.start = now();
+	for (unsigned int i = 0; i < m.n; i++)
+		m.r[i].base = fc_map(m.r[i].size);
+	uffd = fc_uffd();
+	for (unsigned int i = 0; i < m.n; i++)
+		fc_register(uffd, m.r[i].base, m.r[i].size);
+	sock = fc_handshake(o->uffd_socket, &m, uffd);
+	t.restored = now();
+	vm_create(&vm, &m);
+	vcpu_init(&vm, size / PAGE_SIZE);
+	t.vm_ready = now();
+	ret = vm_run(&vm, &t, &got);
+	print_timing(o, &t);
+	wrong = fc_pages_wrong(fd, &m);
+	vm_destroy(&vm);
+	if (ret) {
+		fprintf(stderr, "vmm: the guest halted without a checksum\n");
+		return 1;
+	}
+	printf("checksum: guest %08x, memory file %08x: %s\n", got, want,
+	       got == want ? "match" : "MISMATCH");
+	printf("memory: %zu of %zu pages differ from the memory file\n",
+	       wrong, size / PAGE_SIZE);
+	close(sock);
+	close(uffd);
+	close(fd);
+	return got == want && !wrong ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------------
  * Options and main().
  */
 
@@ -474,6 +734,9 @@ static int parse(int argc, char **argv, struct options *o)
 		{ "size", required_argument, NULL, 'm' },
 		{ "image", required_argument, NULL, 'i' },
 		{ "lazy", no_argument, NULL, 'l' },
+		{ "write-mem-file", required_argument, NULL, 'w' },
+		{ "uffd-socket", required_argument, NULL, 'u' },
+		{ "mem-file", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long mib = o->size >> 20;
@@ -489,10 +752,19 @@ static int parse(int argc, char **argv, struct options *o)
 			  break;
 		case 'i': o->image = optarg; break;
 		case 'l': o->lazy = true; break;
+		case 'w': o->write_mem_file = optarg; break;
+		case 'u': o->uffd_socket = optarg; break;
+		case 'f': o->mem_file = optarg; break;
 		default: return -1;
 		}
 	}
 	o->size = mib << 20;
+	/* Firecracker's way takes a memory file, and none of the rest. */
+	if (o->uffd_socket && (!o->mem_file || o->socket || o->image ||
+			       o->lazy || o->write_mem_file))
+		return -1;
+	if (o->mem_file && !o->uffd_socket)
+		return -1;
 	return optind == argc ? 0 : -1;
 }
 
@@ -519,11 +791,22 @@ int main(int argc, char **argv)
 
 	if (parse(argc, argv, &o) < 0) {
 		fprintf(stderr, "usage: vmm [--socket PATH] [--size MIB (1-%d)]"
-				" [--image PATH] [--lazy]\n",
+				" [--image PATH] [--lazy]\n"
+				"       vmm --write-mem-file FILE [--size MIB]\n"
+				"       vmm --uffd-socket PATH --mem-file FILE\n",
 			MAX_SIZE_MIB);
 		return 2;
 	}
+	if (o.write_mem_file) {
+		write_mem_file(&o);
+		return 0;
+	}
 	kvm = kvm_open();
+	if (o.uffd_socket) {
+		ret = fc_restore_and_run(&o, kvm);
+		close(kvm);
+		return ret;
+	}
 	check_userfaultfd();
 	if (!o.image) {
 		fd = mkstemp(tmp);

@@ -6,7 +6,8 @@
 #
 # asan  build-asan: ASan + UBSan, every UB finding fatal, fault injection
 #       compiled in, -Dwerror=true, every target built. Suites unit, uffd,
-#       stress, hugetlb, daemon, load, inject and examples. Not "install":
+#       stress, hugetlb, daemon, load, inject, examples and firecracker.
+#       Not "install":
 #       it checks the exported ABI, the man pages, the headers and a
 #       DESTDIR install built by a plain compiler; no library code runs
 #       there that the other suites do not run.
@@ -110,7 +111,8 @@ run_asan() {
 		meson test -C "$dir" --no-rebuild --print-errorlogs \
 		--timeout-multiplier 3 \
 		--suite unit --suite uffd --suite stress --suite hugetlb \
-		--suite daemon --suite load --suite inject --suite examples
+		--suite daemon --suite load --suite inject --suite examples \
+		--suite firecracker
 	ret=$?
 	reports "$logs" || ret=1
 	return $ret

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * gen_seeds.c - writes the fuzz targets' seed corpora: fuzz-seeds DIR
- * fills DIR/proto with protocol messages and DIR/image with images.
+ * fills DIR/proto with protocol messages, DIR/image with images and
+ * DIR/fc_json with Firecracker handshakes.
  *
  * Messages are built as the library and the daemon build them
  * (proto_init()); images are written by faultd_checkpoint() from regions
  * of a few pages (a full image, an incremental chain), then squeezed as
  * image_fuzz.c reads them. A few edge cases of each are derived from the
- * valid ones. The committed corpus is this program's output: run it again
- * after a change of either format.
+ * valid ones. Handshakes are the bytes serde_json writes for each version
+ * of Firecracker's region list, and variations a JSON writer could make.
+ * The committed corpus is this program's output: run it again after a
+ * change of any format.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -342,6 +345,63 @@ static void image_seeds(void)
 		die(scratch, EIO);
 }
 
+/* ------------------------------------------------------------------------
+ * Firecracker handshakes.
+ */
+
+#define FC_REGION(base, size, off, ps)                                        \
+	"{\"base_host_virt_addr\":" #base ",\"size\":" #size ",\"offset\":"   \
+	#off ",\"page_size\":" #ps ",\"page_size_kib\":" #ps "}"
+
+static void fc_json_seeds(void)
+{
+	static const char *const seeds[][2] = {
+		/* Firecracker 1.12 on: both page size fields. */
+		{ "serde-4k", "[" FC_REGION(140241613881344, 134217728, 0,
+					    4096) "]" },
+		{ "serde-x86-gap", "[" FC_REGION(139637976727552, 3221225472,
+						 0, 4096) ","
+		  FC_REGION(139642271694848, 1073741824, 3221225472, 4096)
+		  "]" },
+		{ "serde-2m", "[" FC_REGION(140737486258176, 268435456, 0,
+					    2097152) "]" },
+		/* Firecracker's own test_send_uffd_handshake. */
+		{ "serde-fc-test", "[" FC_REGION(0, 1048576, 0, 4096) ","
+		  FC_REGION(1048576, 2097152, 0, 2097152) "]" },
+		/* 1.7 to 1.11: page_size_kib only; 2.0: page_size only. */
+		{ "fc-1.7", "[{\"base_host_virt_addr\":140241613881344,"
+		  "\"size\":134217728,\"offset\":0,\"page_size_kib\":4096}]" },
+		{ "fc-2.0", "[{\"base_host_virt_addr\":140241613881344,"
+		  "\"size\":134217728,\"offset\":0,\"page_size\":4096}]" },
+		{ "pretty", "[\n  {\n    \"offset\": 0,\n    \"size\": 4096,"
+		  "\n    \"page_size\": 4096,\n    \"base_host_virt_addr\": "
+		  "4096\n  }\n]\n" },
+		{ "unknown-keys", "[{\"base_host_virt_addr\":4096,\"x\":{\"y\":"
+		  "[1,-2.5e+3,true,false,null,\"\\u00e9\\ud83d\\ude00\"]},"
+		  "\"size\":4096,\"offset\":0,\"page_size\":4096}]" },
+		{ "escaped-key", "[{\"base_host_virt_addr\":4096,\"\\u0073ize"
+		  "\":4096,\"offset\":0,\"page_size\":4096}]" },
+		{ "empty", "[]" },
+		{ "bad-twice", "[{\"base_host_virt_addr\":0,\"size\":4096,"
+		  "\"size\":4096,\"offset\":0,\"page_size\":4096}]" },
+		{ "bad-overflow", "[{\"base_host_virt_addr\":"
+		  "18446744073709551616,\"size\":4096,\"offset\":0,"
+		  "\"page_size\":4096}]" },
+		{ "bad-float", "[{\"base_host_virt_addr\":0,\"size\":4096.0,"
+		  "\"offset\":0,\"page_size\":4096}]" },
+		{ "bad-truncated", "[{\"base_host_virt_addr\":0,\"size\":40" },
+		{ "bad-utf8", "[{\"\xc0\xaf\":1}]" },
+	};
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/fc_json", out_dir);
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		die(dir, errno);
+	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
+		out_write("fc_json", seeds[i][0], seeds[i][1],
+			  strlen(seeds[i][1]));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -351,5 +411,6 @@ int main(int argc, char **argv)
 	out_dir = argv[1];
 	proto_seeds();
 	image_seeds();
+	fc_json_seeds();
 	return 0;
 }

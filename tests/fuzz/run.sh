@@ -16,7 +16,7 @@ build=$1
 secs=$2
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-targets="proto image"
+targets="proto image fc_json"
 
 if [ ! -f "$build/build.ninja" ]; then
 	CC=clang meson setup "$build" "$src" -Dfuzz=true -Dtests=false \
@@ -38,6 +38,15 @@ for t in $targets; do
 done
 [ "$secs" -gt 0 ] || exit 0
 
+# Inputs a little longer than the longest any target accepts.
+max_len() {
+	case $1 in
+	image) echo 262144 ;;
+	fc_json) echo 65600 ;;
+	*) echo 65536 ;;
+	esac
+}
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/faultd-fuzz-XXXXXX")
 # image-fuzz writes each input to files: in memory, where there is some.
 scratch=$(mktemp -d /dev/shm/faultd-fuzz-XXXXXX 2>/dev/null ||
@@ -50,7 +59,7 @@ for t in $targets; do
 	echo "== $t: fuzzing for $secs s"
 	if ! TMPDIR="$scratch" "$build/tests/fuzz/$t-fuzz" \
 		-max_total_time="$secs" -print_final_stats=1 \
-		-max_len=$([ "$t" = image ] && echo 262144 || echo 65536) \
+		-max_len="$(max_len "$t")" \
 		-artifact_prefix="$work/$t/artifacts/" "$work/$t/corpus" \
 		>"$work/$t/log" 2>&1; then
 		tail -n 60 "$work/$t/log" >&2

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * src_file.c - the file source (src_file.h). At open, the file's data
+ * extents are found with SEEK_DATA / SEEK_HOLE, widened to whole pages and
+ * kept in a sorted table that never changes afterwards: extent() is a
+ * binary search and read() an io_uring read (ring_rw(), the library's
+ * per-thread rings), both without a lock, from any number of threads.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "src_file.h"
+
+/* [start, end) of the file, page-aligned, holding data. */
+struct data_ext {
+	uint64_t start, end;
+};
+
+struct src_file {
+	struct source s;
+	int fd;
+	/* Sorted; neither overlapping nor touching (touching ones merge). */
+	struct data_ext *ext;
+	size_t n, cap;
+};
+
+static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, why_len, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/*
+ * Append [start, end) (after every extent so far). It merges into the
+ * last one when it touches it, or when the table is full (the hole
+ * between them is then served as DATA).
+ */
+static int ext_add(struct src_file *f, uint64_t start, uint64_t end)
+{
+	struct data_ext *last = f->n ? &f->ext[f->n - 1] : NULL;
+
+	if (last && (start <= last->end || f->n == SRC_FILE_MAX_EXTENTS)) {
+		last->end = end;
+		return 0;
+	}
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? f->cap * 2 : 64;
+		struct data_ext *e = realloc(f->ext, cap * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		f->ext = e;
+		f->cap = cap;
+	}
+	f->ext[f->n++] = (struct data_ext){ start, end };
+	return 0;
+}
+
+/* The data extents of [0, size): each widened to whole pages. */
+static int ext_scan(struct src_file *f, char *why, size_t why_len)
+{
+	uint64_t ps = f->s.page_size, size = f->s.size, at = 0;
+	off_t d, h = -1;
+	int ret;
+
+	while (at < size) {
+		d = lseek(f->fd, (off_t)at, SEEK_DATA);
+		if (d < 0 && errno == ENXIO)
+			return 0; /* a hole to the end */
+		if (d >= 0)
+			h = lseek(f->fd, d, SEEK_HOLE);
+		if (d < 0 || h < 0)
+			return refuse(why, why_len, -errno, "finding the "
+				      "holes of the file: %s", strerror(errno));
+		if ((uint64_t)d >= size)
+			return 0;
+		at = ((uint64_t)h + ps - 1) & ~(ps - 1);
+		if (at > size)
+			at = size;
+		ret = ext_add(f, (uint64_t)d & ~(ps - 1), at);
+		if (ret)
+			return refuse(why, why_len, ret, "no memory for the "
+				      "extent table");
+	}
+	return 0;
+}
+
+/* Index of the first extent that ends after @off (f->n if none). */
+static size_t ext_find(const struct src_file *f, uint64_t off)
+{
+	size_t lo = 0, hi = f->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->ext[mid].end <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int file_extent(struct source *s, uint64_t off, struct src_extent *e)
+{
+	const struct src_file *f = container_of(s, struct src_file, s);
+	size_t i;
+
+	if (off >= s->size)
+		return -ERANGE;
+	i = ext_find(f, off);
+	if (i < f->n && f->ext[i].start <= off) {
+		e->off = f->ext[i].start;
+		e->len = f->ext[i].end - f->ext[i].start;
+		e->kind = SRC_DATA;
+		return 0;
+	}
+	e->off = i ? f->ext[i - 1].end : 0;
+	e->len = (i < f->n ? f->ext[i].start : s->size) - e->off;
+	e->kind = SRC_ZERO;
+	return 0;
+}
+
+static ssize_t file_read(struct source *s, uint64_t off, void *buf,
+			 size_t len)
+{
+	const struct src_file *f = container_of(s, struct src_file, s);
+	size_t i;
+	ssize_t n;
+
+	if (!len || (off | len) & (s->page_size - 1))
+		return -EINVAL;
+	if (off >= s->size || len > s->size - off)
+		return -ERANGE;
+	/* Touching extents are merged: a DATA range lies in one. */
+	i = ext_find(f, off);
+	if (i == f->n || f->ext[i].start > off || f->ext[i].end - off < len)
+		return -ERANGE;
+	n = ring_rw(f->fd, false, off, buf, len);
+	return n == (ssize_t)len ? n : -EIO;
+}
+
+static void file_destroy(struct source *s)
+{
+	struct src_file *f = container_of(s, struct src_file, s);
+
+	close(f->fd);
+	free(f->ext);
+	free(f);
+}
+
+static const struct source_ops file_ops = {
+	.name = "file",
+	.read = file_read,
+	.extent = file_extent,
+	.destroy = file_destroy,
+};
+
+/* What a working set is tied to: device, inode, size, mtime. */
+static void file_id(struct src_file *f, const struct stat *st)
+{
+	uint64_t id[4] = {
+		(uint64_t)st->st_dev,
+		(uint64_t)st->st_ino,
+		(uint64_t)st->st_size,
+		(uint64_t)st->st_mtim.tv_sec * 1000000000ull +
+			(uint64_t)st->st_mtim.tv_nsec,
+	};
+
+	_Static_assert(sizeof(id) == sizeof(f->s.id), "the id is 32 bytes");
+	memcpy(f->s.id, id, sizeof(id));
+}
+
+/* The size of the source, from what the caller asked and the file has. */
+static int size_check(const struct stat *st, uint64_t *size, size_t ps,
+		      char *why, size_t why_len)
+{
+	if (!S_ISREG(st->st_mode))
+		return refuse(why, why_len, -EINVAL, "not a regular file");
+	if (!*size)
+		*size = (uint64_t)st->st_size;
+	if (!*size || *size % ps)
+		return refuse(why, why_len, -EINVAL, "%llu bytes are no whole "
+			      "number of %zu-byte pages",
+			      (unsigned long long)*size, ps);
+	if ((uint64_t)st->st_size < *size)
+		return refuse(why, why_len, -ERANGE, "the file has %llu bytes"
+			      ", fewer than the %llu it must hold",
+			      (unsigned long long)st->st_size,
+			      (unsigned long long)*size);
+	return 0;
+}
+
+int src_file_open(const char *path, uint64_t size, size_t page_size,
+		  struct source **out, char *why, size_t why_len)
+{
+	struct src_file *f;
+	struct stat st;
+	int ret;
+
+	if (page_size != 4096 && page_size != (2ul << 20))
+		return refuse(why, why_len, -EINVAL, "page size %zu: only "
+			      "4096 and 2097152 (2 MiB)", page_size);
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return refuse(why, why_len, -ENOMEM, "out of memory");
+	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0) {
+		ret = refuse(why, why_len, -errno, "%s", strerror(errno));
+		goto free_f;
+	}
+	ret = fstat(f->fd, &st) ? refuse(why, why_len, -errno, "%s",
+					 strerror(errno))
+				: size_check(&st, &size, page_size, why,
+					     why_len);
+	if (ret)
+		goto close_fd;
+	f->s = (struct source){ .ops = &file_ops, .size = size,
+				.page_size = page_size };
+	file_id(f, &st);
+	ret = ext_scan(f, why, why_len);
+	if (ret)
+		goto close_fd;
+	*out = &f->s;
+	return 0;
+
+close_fd:
+	close(f->fd);
+free_f:
+	free(f->ext);
+	free(f);
+	return ret;
+}

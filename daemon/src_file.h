@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * src_file.h - a source (source.h) over a plain file, such as a
+ * Firecracker memory file: offsets are file offsets; SRC_ZERO over the
+ * file's holes, SRC_DATA elsewhere.
+ */
+#ifndef FAULTD_SRC_FILE_H
+#define FAULTD_SRC_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "source.h"
+
+/*
+ * The extent table holds at most this many data extents; past it, the
+ * holes between later data are served as DATA (read as the zeros they
+ * hold): a file that fragmented costs reads, never wrong content.
+ */
+#define SRC_FILE_MAX_EXTENTS (1u << 16)
+
+/*
+ * src_file_open() - a source of [0, @size) of the file at @path, with
+ * pages of @page_size bytes (4096 or 2 MiB: what the memory it fills
+ * uses). @size 0 means the whole file. The file's holes are found once,
+ * here (SEEK_DATA / SEEK_HOLE): a page that holds any data is DATA.
+ * Returns 0 and the source in *out, or -errno with a message in @why
+ * (192 bytes are enough): -ERANGE the file is shorter than @size,
+ * -EINVAL a page size other than those, a size that is no whole number
+ * of pages or 0, a path that is not a regular file; what open(), fstat()
+ * and lseek() said; -ENOMEM.
+ * A read() that finds less than was there at open (the file was
+ * truncated underneath) fails with -EIO; every read error is -EIO.
+ * Context: any thread. The source's read() and extent() as source.h.
+ */
+int src_file_open(const char *path, uint64_t size, size_t page_size,
+		  struct source **out, char *why, size_t why_len);
+
+#endif /* FAULTD_SRC_FILE_H */
