@@ -4,12 +4,15 @@
  * userfaultfd registration for each kind of region.
  *
  * Address space is reserved first (PROT_NONE, no memory) for max_len bytes,
- * aligned to the region's page size; the region's pages are then mapped
- * over the start of the reservation with MAP_FIXED and registered. Growth
- * maps more of the reservation and shrinking maps the tail back to
- * PROT_NONE: both in place, with no window in which another mmap() could
- * take the range. Callers hold the context lock for writing (map, unmap,
- * grow, shrink) or the region's lock (discard).
+ * aligned to the region's page size, before anything else the creation of
+ * a region maps - a handler thread's stack or a staging buffer would
+ * otherwise land in the free range a FAULTD_REGION_FIXED caller asked for
+ * (region_create()). The region's pages are then mapped over the start of
+ * the reservation with MAP_FIXED and registered. Growth maps more of the
+ * reservation and shrinking maps the tail back to PROT_NONE: both in
+ * place, with no window in which another mmap() could take the range.
+ * Callers hold the context lock for writing (map, unmap, grow, shrink) or
+ * the region's lock (discard).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +24,12 @@
 
 #include "internal.h"
 
-/* Reserve @len bytes aligned to @align at @addr (NULL: anywhere). */
-static int reserve_va(void *addr, size_t len, size_t align, uintptr_t *base)
+/*
+ * mem_reserve() - reserve @len bytes aligned to @align at @addr (NULL:
+ * anywhere): address space only, PROT_NONE, no memory. -EEXIST if @addr
+ * is taken.
+ */
+int mem_reserve(void *addr, size_t len, size_t align, uintptr_t *base)
 {
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 	size_t extra = addr ? 0 : align - 1;
@@ -44,6 +51,12 @@ static int reserve_va(void *addr, size_t len, size_t align, uintptr_t *base)
 		munmap((void *)(start + len), p + extra - start);
 	*base = start;
 	return 0;
+}
+
+/* mem_release() - give back a reservation no region took over. */
+void mem_release(uintptr_t base, size_t len)
+{
+	munmap((void *)base, len);
 }
 
 static int memfd_open(struct faultd_region *r, size_t len)
@@ -144,23 +157,15 @@ err:
 }
 
 /*
- * mem_map() - reserve, back and register the region at @addr (or
- * anywhere). The memfd and page-cache base it creates belong to the region
- * (released with it, also on failure here).
+ * mem_map() - back and register the region over its reservation. The
+ * memfd and page-cache base it creates belong to the region (released
+ * with it, also on failure here); on failure the reservation is as it was.
  */
-int mem_map(struct faultd_region *r, void *addr)
+int mem_map(struct faultd_region *r)
 {
 	size_t len = atomic_load(&r->len);
-	int ret;
+	int ret = 0;
 
-	/* Aligned to the fault-around window too: windows start at pages
-	 * of the region that are multiples of it. */
-	ret = reserve_va(addr, r->max_len,
-			 r->fault_around > r->page_size ? r->fault_around
-							: r->page_size,
-			 &r->base);
-	if (ret < 0)
-		return ret;
 	if ((r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) &&
 	    r->memfd < 0)
 		ret = memfd_open(r, len);
@@ -168,11 +173,10 @@ int mem_map(struct faultd_region *r, void *addr)
 		ret = base_create(r);
 	if (!ret)
 		ret = populate(r, 0, len);
-	if (ret < 0)
-		munmap((void *)r->base, r->max_len);
 	return ret;
 }
 
+/* mem_unmap() - give back the region's memory and its reservation. */
 void mem_unmap(struct faultd_region *r)
 {
 	munmap((void *)r->base, r->max_len);
@@ -207,7 +211,7 @@ int mem_freeze(struct faultd_region *r)
 	void *p;
 	int ret;
 
-	ret = reserve_va(NULL, len, r->page_size, &tmp);
+	ret = mem_reserve(NULL, len, r->page_size, &tmp);
 	if (ret < 0)
 		return ret;
 	if (mmap((void *)tmp, len, PROT_READ | PROT_WRITE,
@@ -236,8 +240,8 @@ static int reserve_more(struct faultd_region *r, size_t len)
 	uintptr_t at;
 	int ret;
 
-	ret = reserve_va((char *)r->base + r->max_len, len - r->max_len,
-			 r->page_size, &at);
+	ret = mem_reserve((char *)r->base + r->max_len, len - r->max_len,
+			  r->page_size, &at);
 	if (ret < 0)
 		return ret == -EEXIST ? -ENOMEM : ret;
 	if (r->cache) {
