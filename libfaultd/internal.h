@@ -418,6 +418,7 @@ bool region_read_trylock(struct faultd_region *r);
 int mem_reserve(void *addr, size_t len, size_t align, uintptr_t *base);
 void mem_release(uintptr_t base, size_t len);
 int mem_map(struct faultd_region *r);
+int mem_expose(struct faultd_region *r);
 void mem_unmap(struct faultd_region *r);
 int mem_grow(struct faultd_region *r, size_t old_len, size_t len);
 void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);

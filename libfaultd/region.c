@@ -501,6 +501,10 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	ret = mem_map(r);
 	if (!ret && (r->flags & FAULTD_REGION_SAME_THREAD))
 		ret = sigbus_add(r);
+	/* Accessible once registered and its faults can be resolved: in a
+	 * signal handler from here on, by the handlers after the unlock. */
+	if (!ret)
+		ret = mem_expose(r);
 	if (!ret)
 		ret = map_insert_locked(ctx, r, &old);
 	if (ret < 0)
