@@ -386,7 +386,10 @@ static inline bool region_contains(const struct faultd_region *r,
 bool region_read_trylock(struct faultd_region *r);
 
 /* mem.c - the OS layer of regions (see there for the lock rules). */
-int mem_map(struct faultd_region *r, void *addr);
+int mem_reserve(void *addr, size_t len, size_t align, uintptr_t *base);
+void mem_release(uintptr_t base, size_t len);
+int mem_map(struct faultd_region *r);
+int mem_expose(struct faultd_region *r);
 void mem_unmap(struct faultd_region *r);
 int mem_grow(struct faultd_region *r, size_t old_len, size_t len);
 void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);

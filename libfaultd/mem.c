@@ -4,12 +4,51 @@
  * userfaultfd registration for each kind of region.
  *
  * Address space is reserved first (PROT_NONE, no memory) for max_len bytes,
- * aligned to the region's page size; the region's pages are then mapped
- * over the start of the reservation with MAP_FIXED and registered. Growth
- * maps more of the reservation and shrinking maps the tail back to
- * PROT_NONE: both in place, with no window in which another mmap() could
- * take the range. Callers hold the context lock for writing (map, unmap,
- * grow, shrink) or the region's lock (discard).
+ * aligned to the region's page size, before anything else the creation of
+ * a region maps - a handler thread's stack or a staging buffer would
+ * otherwise land in the free range a FAULTD_REGION_FIXED caller asked for
+ * (region_create()). The region's pages are then mapped over the start of
+ * the reservation with MAP_FIXED and registered. Growth maps more of the
+ * reservation and shrinking maps the tail back to PROT_NONE: both in
+ * place, with no window in which another mmap() could take the range.
+ * Callers hold the context lock for writing (map, unmap, grow, shrink) or
+ * the region's lock (discard).
+ *
+ * Registered before accessible. An access to memory that is mapped but
+ * not registered with the region's userfaultfd is the kernel's to fill:
+ * with zeros (a memfd: with a new page of zeros in its page cache), and
+ * for good - the page is present from then on, so no fault ever reaches
+ * the pager for it. So no range of a region is ever accessible before it
+ * is registered. Memory is mapped PROT_NONE (map_inaccessible()),
+ * registered, write-protected for async tracking, and only then opened
+ * with mprotect() (make_accessible()); a thread that touches it meanwhile
+ * gets SIGSEGV, as before the range existed. mprotect() changes neither
+ * the backing nor the registration, and the PROT_NONE mmap() already
+ * takes the huge-page reservation (its -ENOMEM is the one reported), so
+ * the same steps serve anonymous, memfd, hugetlb and memfd-hugetlb
+ * regions. Each path that makes memory accessible:
+ *  - creation: mem_map() maps and registers, mem_expose() opens once the
+ *    region can serve faults (in the SIGBUS table if it is same-thread);
+ *    a fault before the region is in the map waits for the context lock.
+ *    Clones, restored regions and heaps are created this way.
+ *  - growth (mem_grow()): the same steps for [old_len, len); a fault
+ *    there finds the old length, misses, and waits for the context lock,
+ *    held until the new length is in.
+ *  - shrinking (mem_shrink()) and failures: one mmap() puts the reserved
+ *    PROT_NONE mapping in place of the range, registration and all.
+ *  - discard (mem_discard()) and eviction: memory is dropped, the range
+ *    stays mapped and registered; the next access faults to a handler.
+ *    The fallback poison (PROT_NONE) is undone on the registered range.
+ *  - a heap's break moves inside memory registered since creation.
+ *  - freezing a memfd region for clones (mem_freeze()): the private view
+ *    is mapped inaccessible elsewhere, registered, opened and moved into
+ *    place by mremap(), which keeps the registration (EVENT_REMAP) and
+ *    replaces the shared mapping in one step.
+ *  - destruction and failed creation unmap before the group's
+ *    userfaultfd is closed (region.c): closing it drops the registration
+ *    of what is still mapped.
+ *  - fork: MADV_DONTFORK is set while the range is still inaccessible,
+ *    so no child has it accessible and unregistered.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +60,12 @@
 
 #include "internal.h"
 
-/* Reserve @len bytes aligned to @align at @addr (NULL: anywhere). */
-static int reserve_va(void *addr, size_t len, size_t align, uintptr_t *base)
+/*
+ * mem_reserve() - reserve @len bytes aligned to @align at @addr (NULL:
+ * anywhere): address space only, PROT_NONE, no memory. -EEXIST if @addr
+ * is taken.
+ */
+int mem_reserve(void *addr, size_t len, size_t align, uintptr_t *base)
 {
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 	size_t extra = addr ? 0 : align - 1;
@@ -44,6 +87,12 @@ static int reserve_va(void *addr, size_t len, size_t align, uintptr_t *base)
 		munmap((void *)(start + len), p + extra - start);
 	*base = start;
 	return 0;
+}
+
+/* mem_release() - give back a reservation no region took over. */
+void mem_release(uintptr_t base, size_t len)
+{
+	munmap((void *)base, len);
 }
 
 static int memfd_open(struct faultd_region *r, size_t len)
@@ -109,21 +158,43 @@ static void unpopulate(struct faultd_region *r, size_t off, size_t len)
 	     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 }
 
-/* Map [off, off + len) over the reservation and register it. */
+/*
+ * Map @len bytes of backing at @at (MAP_FIXED, over a reservation),
+ * inaccessible: nothing can touch them before they are registered.
+ */
+static int map_inaccessible(void *at, size_t len, int flags, int fd,
+			    off_t off)
+{
+	if (mmap(at, len, PROT_NONE, MAP_FIXED | flags, fd, off) == MAP_FAILED)
+		return -errno;
+	/* A forked child must not see unfilled pages as zeros: keep it out. */
+	madvise(at, len, MADV_DONTFORK);
+	return 0;
+}
+
+/* Open registered memory to access: the last step of making it. */
+static int make_accessible(void *at, size_t len)
+{
+	return mprotect(at, len, PROT_READ | PROT_WRITE) < 0 ? -errno : 0;
+}
+
+/*
+ * Map [off, off + len) over the reservation and register it, still
+ * inaccessible (see make_accessible()). On failure the range is reserved
+ * again.
+ */
 static int populate(struct faultd_region *r, size_t off, size_t len)
 {
 	char *at = (char *)r->base + off;
 	int ret;
 
-	if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_FIXED | mmap_flags(r),
-		 r->memfd, r->memfd >= 0 ? (off_t)off : 0) == MAP_FAILED) {
-		ret = -errno;
+	ret = map_inaccessible(at, len, mmap_flags(r), r->memfd,
+			       r->memfd >= 0 ? (off_t)off : 0);
+	if (ret < 0) {
 		if (ret == -ENOMEM && r->page_size > (size_t)r->ctx->page_size)
 			huge_log_enomem(r, len);
 		goto err;
 	}
-	/* A forked child must not see unfilled pages as zeros: keep it out. */
-	madvise(at, len, MADV_DONTFORK);
 	if (r->flags & FAULTD_REGION_THP)
 		madvise(at, len, MADV_HUGEPAGE);
 	ret = numa_apply(r, at, len);
@@ -144,23 +215,16 @@ err:
 }
 
 /*
- * mem_map() - reserve, back and register the region at @addr (or
- * anywhere). The memfd and page-cache base it creates belong to the region
- * (released with it, also on failure here).
+ * mem_map() - back and register the region over its reservation, not yet
+ * accessible: mem_expose() opens it once the region can serve its faults.
+ * The memfd and page-cache base it creates belong to the region (released
+ * with it, also on failure here); on failure the reservation is as it was.
  */
-int mem_map(struct faultd_region *r, void *addr)
+int mem_map(struct faultd_region *r)
 {
 	size_t len = atomic_load(&r->len);
-	int ret;
+	int ret = 0;
 
-	/* Aligned to the fault-around window too: windows start at pages
-	 * of the region that are multiples of it. */
-	ret = reserve_va(addr, r->max_len,
-			 r->fault_around > r->page_size ? r->fault_around
-							: r->page_size,
-			 &r->base);
-	if (ret < 0)
-		return ret;
 	if ((r->kind == REGION_MEMFD || r->kind == REGION_MEMFD_HUGETLB) &&
 	    r->memfd < 0)
 		ret = memfd_open(r, len);
@@ -168,11 +232,19 @@ int mem_map(struct faultd_region *r, void *addr)
 		ret = base_create(r);
 	if (!ret)
 		ret = populate(r, 0, len);
-	if (ret < 0)
-		munmap((void *)r->base, r->max_len);
 	return ret;
 }
 
+/*
+ * mem_expose() - make the region mapped by mem_map() accessible. On
+ * failure it stays inaccessible (mem_unmap() gives it back).
+ */
+int mem_expose(struct faultd_region *r)
+{
+	return make_accessible((void *)r->base, atomic_load(&r->len));
+}
+
+/* mem_unmap() - give back the region's memory and its reservation. */
 void mem_unmap(struct faultd_region *r)
 {
 	munmap((void *)r->base, r->max_len);
@@ -207,17 +279,15 @@ int mem_freeze(struct faultd_region *r)
 	void *p;
 	int ret;
 
-	ret = reserve_va(NULL, len, r->page_size, &tmp);
+	ret = mem_reserve(NULL, len, r->page_size, &tmp);
 	if (ret < 0)
 		return ret;
-	if (mmap((void *)tmp, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_FIXED, r->memfd, 0) == MAP_FAILED) {
-		ret = -errno;
-		goto err;
-	}
-	madvise((void *)tmp, len, MADV_DONTFORK);
-	ret = uffd_register(r->group->uffd, tmp, len, register_mode(r, true),
-			    NULL);
+	ret = map_inaccessible((void *)tmp, len, MAP_PRIVATE, r->memfd, 0);
+	if (!ret)
+		ret = uffd_register(r->group->uffd, tmp, len,
+				    register_mode(r, true), NULL);
+	if (!ret)
+		ret = make_accessible((void *)tmp, len);
 	if (ret < 0)
 		goto err;
 	p = mremap((void *)tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
@@ -236,8 +306,8 @@ static int reserve_more(struct faultd_region *r, size_t len)
 	uintptr_t at;
 	int ret;
 
-	ret = reserve_va((char *)r->base + r->max_len, len - r->max_len,
-			 r->page_size, &at);
+	ret = mem_reserve((char *)r->base + r->max_len, len - r->max_len,
+			  r->page_size, &at);
 	if (ret < 0)
 		return ret == -EEXIST ? -ENOMEM : ret;
 	if (r->cache) {
@@ -251,7 +321,11 @@ static int reserve_more(struct faultd_region *r, size_t len)
 	return 0;
 }
 
-/* mem_grow() - map and register [old_len, len). */
+/*
+ * mem_grow() - map, register and then open [old_len, len). A fault there
+ * once it is open finds the region's old length and waits for the context
+ * lock, which the caller holds until the new length is in.
+ */
 int mem_grow(struct faultd_region *r, size_t old_len, size_t len)
 {
 	int ret;
@@ -264,6 +338,11 @@ int mem_grow(struct faultd_region *r, size_t old_len, size_t len)
 	if (r->memfd >= 0 && ftruncate(r->memfd, (off_t)len) < 0)
 		return -errno;
 	ret = populate(r, old_len, len - old_len);
+	if (!ret) {
+		ret = make_accessible((char *)r->base + old_len, len - old_len);
+		if (ret < 0)
+			unpopulate(r, old_len, len - old_len);
+	}
 	if (ret < 0 && r->memfd >= 0)
 		(void)!ftruncate(r->memfd, (off_t)old_len);
 	return ret;

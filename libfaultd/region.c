@@ -245,6 +245,15 @@ static void region_init_release(const struct region_init *init)
 		close(init->memfd);
 }
 
+/* Served by the file pager, with pages of the base size, by handlers. */
+static bool region_plain_file(const struct faultd_ctx *ctx,
+			      const struct faultd_region_opts *o, size_t ps)
+{
+	return o->pager && pager_is_file(o->pager) &&
+	       ps == (size_t)ctx->page_size &&
+	       !(o->flags & FAULTD_REGION_SAME_THREAD);
+}
+
 /*
  * The fault-around and read-ahead of a region: as asked, or the defaults -
  * on for regions served by the file pager (64 KiB, like the kernel's
@@ -252,29 +261,54 @@ static void region_init_release(const struct region_init *init)
  * with a budget has no fault-around (it maps pages one by one to see them
  * used) and reads ahead at most a quarter of its budget.
  */
+static size_t region_fault_around(const struct faultd_ctx *ctx,
+				  const struct faultd_region_opts *o, size_t ps)
+{
+	if (o->fault_around > FAULTD_FAULT_AROUND_OFF)
+		return o->fault_around;
+	if (!o->fault_around && region_plain_file(ctx, o, ps) && !o->budget)
+		return 64ul << 10;
+	return 0;
+}
+
 static void region_fill_ahead(struct faultd_region *r,
 			      const struct faultd_region_opts *o)
 {
-	bool file = o->pager && pager_is_file(o->pager);
-	bool plain = r->page_size == (size_t)r->ctx->page_size &&
-		     !(o->flags & FAULTD_REGION_SAME_THREAD);
-
-	if (o->fault_around > FAULTD_FAULT_AROUND_OFF)
-		r->fault_around = o->fault_around;
-	else if (!o->fault_around && file && plain && !o->budget)
-		r->fault_around = 64ul << 10;
+	r->fault_around = region_fault_around(r->ctx, o, r->page_size);
 	if (o->readahead_max > FAULTD_READAHEAD_OFF)
 		r->ra_max = o->readahead_max;
-	else if (!o->readahead_max && file && plain)
+	else if (!o->readahead_max &&
+		 region_plain_file(r->ctx, o, r->page_size))
 		r->ra_max = 2ul << 20;
 	if (o->budget && r->ra_max > o->budget / 4)
 		r->ra_max = o->budget / 4 & ~(r->page_size - 1);
 }
 
+static size_t region_max_len(const struct faultd_region_opts *o)
+{
+	return o->max_length > o->length ? o->max_length : o->length;
+}
+
+/*
+ * Reserve the address space of a region with these options, aligned to
+ * its fault-around window too: windows start at pages of the region that
+ * are multiples of it.
+ */
+static int region_reserve(const struct faultd_ctx *ctx,
+			  const struct faultd_region_opts *o, size_t ps,
+			  uintptr_t *base)
+{
+	size_t fa = region_fault_around(ctx, o, ps);
+
+	return mem_reserve(o->addr, region_max_len(o), fa > ps ? fa : ps,
+			   base);
+}
+
+/* A region over the reservation at @base; NULL if out of memory. */
 static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 					  const struct faultd_region_opts *o,
 					  const struct region_init *init,
-					  size_t ps)
+					  size_t ps, uintptr_t base)
 {
 	struct faultd_region *r = fd_calloc(1, sizeof(*r));
 
@@ -282,6 +316,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 		region_init_release(init);
 		return NULL;
 	}
+	r->base = base;
 	r->memfd = -1;
 	r->sig_slot = -1;
 	if (init)
@@ -300,7 +335,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 		r->kind = kind_of(o->flags);
 	r->page_size = ps;
 	atomic_init(&r->len, o->length);
-	r->max_len = o->max_length > o->length ? o->max_length : o->length;
+	r->max_len = region_max_len(o);
 	if (!init && o->pager && !(r->pager = pager_ref_new(o->pager))) {
 		region_free(r);
 		return NULL;
@@ -433,6 +468,7 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 {
 	struct region_map *old = NULL;
 	struct faultd_region *r;
+	uintptr_t base;
 	long ps;
 	int ret;
 
@@ -440,13 +476,18 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	ret = ps < 0 ? (int)ps : region_opts_check(ctx, o, (size_t)ps);
 	if (!ret && in_handler_of(ctx))
 		ret = -EDEADLK;
+	/* Before anything else maps memory: it could take a fixed address. */
+	if (!ret)
+		ret = region_reserve(ctx, o, (size_t)ps, &base);
 	if (ret < 0) {
 		region_init_release(init);
 		return ret;
 	}
-	r = region_alloc(ctx, o, init, (size_t)ps);
-	if (!r) /* what @init handed over is released */
+	r = region_alloc(ctx, o, init, (size_t)ps, base);
+	if (!r) { /* what @init handed over is released */
+		mem_release(base, region_max_len(o));
 		return -ENOMEM;
+	}
 	/* Threads: their errors (-EAGAIN) are not region_alloc()'s -ENOMEM. */
 	ret = prefetch_setup(r);
 	if (!ret)
@@ -454,18 +495,20 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	if (!ret)
 		ret = region_attach_group(r, o, init && init->deferred);
 	if (ret < 0)
-		goto err_group;
+		goto err_unmap;
 
 	map_write_lock(ctx);
-	ret = mem_map(r, o->addr);
-	if (ret < 0)
-		goto err_unlock;
-	if (r->flags & FAULTD_REGION_SAME_THREAD)
+	ret = mem_map(r);
+	if (!ret && (r->flags & FAULTD_REGION_SAME_THREAD))
 		ret = sigbus_add(r);
+	/* Accessible once registered and its faults can be resolved: in a
+	 * signal handler from here on, by the handlers after the unlock. */
+	if (!ret)
+		ret = mem_expose(r);
 	if (!ret)
 		ret = map_insert_locked(ctx, r, &old);
 	if (ret < 0)
-		goto err_unmap;
+		goto err_unlock;
 	region_link_locked(r);
 	map_write_unlock(ctx);
 
@@ -473,12 +516,13 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 	*rp = r;
 	return 0;
 
-err_unmap:
-	sigbus_remove(r);
-	mem_unmap(r);
 err_unlock:
+	sigbus_remove(r);
 	map_write_unlock(ctx);
-err_group:
+err_unmap:
+	/* Unmapped before the group's userfaultfd closes, which would leave
+	 * what is mapped accessible without its registration. */
+	mem_unmap(r);
 	region_detach_group(r);
 	region_free_unborn(r, !init);
 	return ret;

@@ -9,92 +9,12 @@
  * memfd-hugetlb (alias + UFFDIO_CONTINUE) regions.
  */
 #include <criterion/criterion.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 
 #include "helpers.h"
+#include "hugepool.h"
 
-#define HPAGE (2ul << 20)
-#define GPAGE (1ul << 30)
-
-static unsigned long pool_read(size_t ps, const char *what)
-{
-	char path[128];
-	unsigned long v = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/%s",
-		 ps >> 10, what);
-	f = fopen(path, "r");
-	if (f && fscanf(f, "%lu", &v) != 1)
-		v = 0;
-	if (f)
-		fclose(f);
-	return v;
-}
-
-static bool pool_write(size_t ps, unsigned long n)
-{
-	char path[128];
-	FILE *f;
-
-	snprintf(path, sizeof(path),
-		 "/sys/kernel/mm/hugepages/hugepages-%zukB/nr_hugepages",
-		 ps >> 10);
-	f = fopen(path, "w");
-	if (!f)
-		return false;
-	fprintf(f, "%lu\n", n);
-	return fclose(f) == 0;
-}
-
-static struct {
-	size_t ps;
-	unsigned long before;
-	bool changed;
-} pool;
-
-/*
- * Make @n more pages of size @ps free, or skip the test saying why. The
- * pool is shared by the whole machine, so tests that change it take a lock
- * file for as long as they run (Criterion may run tests in parallel).
- */
-static void lock_pool(void)
-{
-	int lock = open("/tmp/faultd-hugetlb-tests.lock",
-			O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-
-	if (lock < 0 || flock(lock, LOCK_EX) < 0)
-		cr_skip_test("cannot lock the huge page pool for this test");
-}
-
-static void reserve_or_skip(size_t ps, unsigned long n)
-{
-	unsigned long total;
-
-	lock_pool();
-	total = pool_read(ps, "nr_hugepages");
-
-	pool.ps = ps;
-	pool.before = total;
-	if (!pool_write(ps, total + n))
-		cr_skip_test("cannot write nr_hugepages for %zu kB pages "
-			     "(not root?)", ps >> 10);
-	pool.changed = true;
-	if (pool_read(ps, "free_hugepages") < n)
-		cr_skip_test("the kernel could not reserve %lu huge pages of "
-			     "%zu kB (memory too fragmented?)", n, ps >> 10);
-}
-
-static void give_back(void)
-{
-	if (pool.changed)
-		pool_write(pool.ps, pool.before);
-	pool.changed = false;
-}
-
-TestSuite(hugetlb, .fini = give_back, .timeout = 120);
+TestSuite(hugetlb, .fini = hugepool_give_back, .timeout = 120);
 
 static struct faultd_ctx *make_ctx(unsigned int handlers)
 {

@@ -159,6 +159,77 @@ Test(api, fixed_address_overlaps_give_eexist)
 	faultd_ctx_destroy(ctx);
 }
 
+/* Create at @addr (NULL: anywhere), check the base, destroy; the base. */
+static void *create_at(struct faultd_ctx *ctx, void *addr, size_t len,
+		       uint64_t flags, unsigned int threads, int *err)
+{
+	struct faultd_region_opts o = {
+		.size = sizeof(o),
+		.length = len,
+		.flags = flags | (addr ? FAULTD_REGION_FIXED : 0),
+		.addr = addr,
+		.handler_threads = threads,
+	};
+	struct faultd_region *r;
+	void *base;
+
+	*err = faultd_region_create(ctx, &o, &r);
+	if (*err < 0)
+		return NULL;
+	base = faultd_region_base(r);
+	cr_expect(!addr || base == addr);
+	cr_assert_eq(faultd_region_destroy(r), 0);
+	return base;
+}
+
+/*
+ * A fixed address that is free must be taken, whatever else the creation
+ * maps (handler stacks, staging buffers): at a hole just unmapped - where
+ * the next mappings of the process go - and at the address of a region
+ * just destroyed, each many times. The creations have 8 handler threads,
+ * the destroyed regions one: the C library keeps the stacks of exited
+ * threads for new ones, so it is more threads that need new stacks.
+ * Lengths: one page (a staging buffer fits the hole), 16 MiB (a thread
+ * stack does).
+ */
+Test(api, fixed_address_free_is_taken, .timeout = 60)
+{
+	static const struct {
+		size_t len;
+		uint64_t flags;
+	} cases[] = { { PAGE, 0 }, { 16 * MIB, 0 },
+		      { 16 * MIB, FAULTD_REGION_MEMFD } };
+	struct faultd_ctx *ctx = ctx_default();
+	int err;
+
+	for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+		size_t len = cases[c].len;
+		uint64_t flags = cases[c].flags;
+		void *at;
+
+		for (int i = 0; i < 20; i++) {
+			at = mmap(NULL, len, PROT_NONE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			cr_assert_neq(at, MAP_FAILED);
+			munmap(at, len);
+			create_at(ctx, at, len, flags, 8, &err);
+			cr_expect_eq(err, 0,
+				     "%zu bytes at a hole just unmapped, "
+				     "try %d: %s", len, i, strerror(-err));
+		}
+		for (int i = 0; i < 20; i++) {
+			at = create_at(ctx, NULL, len, flags, 1, &err);
+			cr_assert_eq(err, 0);
+			create_at(ctx, at, len, flags, 8, &err);
+			cr_expect_eq(err, 0,
+				     "%zu bytes at a destroyed region's "
+				     "address, try %d: %s", len, i,
+				     strerror(-err));
+		}
+	}
+	faultd_ctx_destroy(ctx);
+}
+
 Test(api, region_calls_bad_ranges)
 {
 	struct faultd_ctx *ctx = ctx_default();
