@@ -523,3 +523,207 @@ Test(criu, lazy_pages_baseline_fork)
 	cr_assert(strstr(buf, "role=child") && strstr(buf, "role=parent"),
 		  "%s", buf);
 }
+
+/* ---- the page-server source, across two network namespaces ---- */
+
+#define PS_PORT 27013
+
+static struct h_net net;
+
+static void net_fini(void)
+{
+	h_net_down(&net);
+	h_teardown();
+}
+
+/* Connect from namespace B to the page server at A. */
+static struct criu_ps *ps_connect_b(int timeout_ms)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = timeout_ms };
+	struct criu_ps *ps;
+	int err;
+
+	h_join_ns(net.b);
+	err = criu_ps_connect(net.a_ip, PS_PORT, &o, &ps);
+	h_join_ns(NULL);
+	cr_assert_eq(err, 0, "criu_ps_connect %s:%d: %d", net.a_ip, PS_PORT,
+		     err);
+	return ps;
+}
+
+/* Every lazy range of the task reads whole through @s. */
+static void read_all_lazy(struct criu_dump *d, pid_t pid, struct source *s)
+{
+	const struct criu_range *r;
+	ssize_t n = criu_task_lazy(d, pid, &r);
+	char *buf = malloc(1 << 20);
+
+	cr_assert(n > 0 && buf);
+	for (ssize_t i = 0; i < n; i++)
+		for (uint64_t at = 0; at < r[i].len; at += 1 << 20) {
+			size_t l = r[i].len - at < (1 << 20) ? r[i].len - at
+							     : (1 << 20);
+
+			cr_assert_eq(source_read(s, r[i].start + at, buf, l),
+				     (ssize_t)l, "lazy range %#lx",
+				     (unsigned long)(r[i].start + at));
+		}
+	free(buf);
+}
+
+/* A full dump of a workload, served by `criu page-server` in A. */
+static pid_t page_server_of_dump(struct h_task *t, struct criu_dump **d)
+{
+	pid_t ps;
+
+	h_net_up(&net);
+	h_workload(t, NULL, 16, 31, "basic");
+	h_dump(t, NULL, "d");
+	*d = open_ok("d");
+	ps = h_criu_bg(net.a, "page-server --lazy-pages -D %s --address %s "
+		       "--port %d -o ps.log", h_path("d"), net.a_ip, PS_PORT);
+	return ps;
+}
+
+Test(criu, page_server_criu_page_server, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t server = page_server_of_dump(&t, &d);
+	int st;
+
+	ps = ps_connect_b(10000);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	cr_assert_str_eq(s->ops->name, "criu-page-server");
+	check_task_source(s, &t);
+	concurrent_reads(s, &t);
+	read_all_lazy(d, t.pid, s);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	st = h_wait(server, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu page-server: %#x (see %s/ps.log)", st, h_path("d"));
+	criu_dump_close(d);
+}
+
+Test(criu, page_server_dump_lazy_port, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t dump;
+	int st;
+
+	h_net_up(&net);
+	h_workload(&t, net.a, 16, 33, "basic");
+	cr_assert_eq(mkdir(h_path("d"), 0755), 0);
+	dump = h_criu_bg(net.a, "dump -t %d -D %s --lazy-pages --address %s "
+			 "--port %d -o dump.log", (int)t.pid, h_path("d"),
+			 net.a_ip, PS_PORT);
+	d = open_ok("d");
+	/* The lazy pages are not in the folder: only a page server has them. */
+	cr_assert_eq(criu_task_source(d, t.pid, &s), -ENODATA);
+	ps = ps_connect_b(10000);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	concurrent_reads(s, &t);
+	check_task_source(s, &t);
+	read_all_lazy(d, t.pid, s);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	st = h_wait(dump, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu dump: %#x (see %s/dump.log)", st, h_path("d"));
+	st = h_wait(t.pid, H_DEADLINE_MS);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	criu_dump_close(d);
+}
+
+/* A read after the server died, or while it does not answer: -EIO. */
+static void expect_eio(struct source *s, const struct h_task *t)
+{
+	char *buf = malloc(64 * WL_PAGE);
+
+	cr_assert(buf);
+	memset(buf, 0x5a, 64 * WL_PAGE);
+	cr_assert_eq(source_read(s, t->r0 + 64 * WL_PAGE, buf, 64 * WL_PAGE),
+		     -EIO);
+	/* And every read after it: the connection is dead for good. */
+	cr_assert_eq(source_read(s, t->r0, buf, WL_PAGE), -EIO);
+	free(buf);
+}
+
+Test(criu, page_server_dies, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t server = page_server_of_dump(&t, &d);
+
+	ps = ps_connect_b(10000);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
+	cr_assert_eq(kill(server, SIGKILL), 0);
+	cr_assert(WIFSIGNALED(h_wait(server, H_DEADLINE_MS)));
+	expect_eio(s, &t);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), -EIO);
+	criu_dump_close(d);
+}
+
+Test(criu, page_server_times_out, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t server = page_server_of_dump(&t, &d);
+	uint64_t t0;
+
+	ps = ps_connect_b(300);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
+	cr_assert_eq(kill(server, SIGSTOP), 0);
+	t0 = h_now_ns();
+	expect_eio(s, &t);
+	cr_assert(h_now_ns() - t0 >= 300000000ull, "no time-out waited");
+	cr_assert(h_now_ns() - t0 < 5000000000ull, "the time-out took %llu ns",
+		  (unsigned long long)(h_now_ns() - t0));
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), -EIO);
+	kill(server, SIGKILL);
+	kill(server, SIGCONT);
+	h_wait(server, H_DEADLINE_MS);
+	criu_dump_close(d);
+}
+
+/* CRIU on both ends: criu page-server in A, criu lazy-pages in B. */
+Test(criu, lazy_pages_baseline_page_server, .fini = net_fini)
+{
+	char line[512];
+	struct h_task t;
+	pid_t server, lp;
+	int st;
+
+	h_net_up(&net);
+	h_workload(&t, NULL, restore_mib(), 35, "random");
+	h_dump(&t, NULL, "d");
+	server = h_criu_bg(net.a, "page-server --lazy-pages -D %s --address "
+			   "%s --port %d -o ps.log", h_path("d"), net.a_ip,
+			   PS_PORT);
+	lp = h_criu_bg(net.b, "lazy-pages --page-server --address %s --port %d "
+		       "-D %s -o lazy.log", net.a_ip, PS_PORT, h_path("d"));
+	cr_assert_eq(h_criu(net.b, "restore -D %s --lazy-pages -d -o rst.log",
+			    h_path("d")), 0,
+		     "criu restore failed (see %s/rst.log)", h_path("d"));
+	h_go_and_check(&t, line, sizeof(line));
+	st = h_wait(lp, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu lazy-pages: %#x (see %s/lazy.log)", st, h_path("d"));
+	st = h_wait(server, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu page-server: %#x (see %s/ps.log)", st, h_path("d"));
+}

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -74,6 +75,14 @@ static inline void h_teardown(void)
 {
 	if (h_dir[0] && !getenv("FAULTD_CRIU_KEEP"))
 		nftw(h_dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static inline uint64_t h_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Wait for @pid (a child) for at most @ms: its status, or -ETIMEDOUT. */
@@ -129,7 +138,7 @@ static inline pid_t h_spawn(const char *ns, const char *log, int keep_fd,
 		if (keep_fd >= 0)
 			fcntl(keep_fd, F_SETFD, 0);
 		setsid();
-		execv(argv[0], argv);
+		execvp(argv[0], argv);
 		_exit(127);
 	}
 	return pid;
@@ -205,6 +214,124 @@ static inline pid_t h_criu_bg(const char *ns, const char *fmt, ...)
 		     "(see %s)", argv[1], h_path("criu.out"));
 	close(p[0]);
 	return pid;
+}
+
+/* Run the words of @fmt (a command found in PATH); its exit code. */
+static inline int h_cmd(const char *fmt, ...)
+{
+	char line[512];
+	char *argv[32];
+	int n = 0;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	for (char *s = strtok(line, " "); s && n < 31; s = strtok(NULL, " "))
+		argv[n++] = s;
+	argv[n] = NULL;
+	return h_run(NULL, h_path("cmd.out"), argv);
+}
+
+/*
+ * Two network namespaces joined by a veth pair, A (a_ip) and B (b_ip),
+ * named after the test's pid; removed by h_net_down(). fs.pipe-max-size
+ * is raised to what CRIU's page server sizes its pipes to (819 pages,
+ * rounded up: root here lacks CAP_SYS_RESOURCE) and set back after.
+ */
+struct h_net {
+	char a[32], b[32], a_ip[32], b_ip[32];
+	long pipe_max;		/* what fs.pipe-max-size was; 0: untouched */
+};
+
+#define H_PIPE_MAX_PATH "/proc/sys/fs/pipe-max-size"
+#define H_PIPE_NEED (4l << 20)
+
+static inline long h_sysctl_get(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+
+	if (f && fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static inline int h_sysctl_set(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+	int ok = f && fprintf(f, "%ld\n", v) > 0;
+
+	if (f && fclose(f))
+		ok = 0;
+	return ok ? 0 : -1;
+}
+
+static inline void h_net_up(struct h_net *n)
+{
+	unsigned int id = (unsigned int)getpid();
+
+	memset(n, 0, sizeof(*n));
+	snprintf(n->a, sizeof(n->a), "fdcA%u", id);
+	snprintf(n->b, sizeof(n->b), "fdcB%u", id);
+	snprintf(n->a_ip, sizeof(n->a_ip), "10.%u.%u.1", 100 + id % 100,
+		 id / 100 % 250);
+	snprintf(n->b_ip, sizeof(n->b_ip), "10.%u.%u.2", 100 + id % 100,
+		 id / 100 % 250);
+	if (h_cmd("ip netns add %s", n->a))
+		cr_skip_test("cannot create a network namespace (ip netns "
+			     "add, see %s)", h_path("cmd.out"));
+	cr_assert_eq(h_cmd("ip netns add %s", n->b), 0);
+	cr_assert_eq(h_cmd("ip link add fdva%u type veth peer name fdvb%u",
+			   id, id), 0, "veth (see %s)", h_path("cmd.out"));
+	cr_assert_eq(h_cmd("ip link set fdva%u netns %s", id, n->a), 0);
+	cr_assert_eq(h_cmd("ip link set fdvb%u netns %s", id, n->b), 0);
+	cr_assert_eq(h_cmd("ip -n %s addr add %s/30 dev fdva%u", n->a,
+			   n->a_ip, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s addr add %s/30 dev fdvb%u", n->b,
+			   n->b_ip, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set fdva%u up", n->a, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set fdvb%u up", n->b, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set lo up", n->a), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set lo up", n->b), 0);
+	n->pipe_max = h_sysctl_get(H_PIPE_MAX_PATH);
+	if (n->pipe_max > 0 && n->pipe_max < H_PIPE_NEED)
+		cr_assert_eq(h_sysctl_set(H_PIPE_MAX_PATH, H_PIPE_NEED), 0);
+	else
+		n->pipe_max = 0;
+}
+
+static inline void h_net_down(struct h_net *n)
+{
+	if (n->pipe_max > 0)
+		h_sysctl_set(H_PIPE_MAX_PATH, n->pipe_max);
+	if (n->a[0])
+		h_cmd("ip netns del %s", n->a);
+	if (n->b[0])
+		h_cmd("ip netns del %s", n->b);
+}
+
+/* Switch this process to namespace @ns (NULL: back to where it began). */
+static inline void h_join_ns(const char *ns)
+{
+	static int home = -1;
+	char p[128];
+	int fd;
+
+	if (home < 0)
+		home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	cr_assert(home >= 0);
+	if (!ns) {
+		cr_assert_eq(setns(home, CLONE_NEWNET), 0);
+		return;
+	}
+	snprintf(p, sizeof(p), "/run/netns/%s", ns);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	cr_assert(fd >= 0, "%s", p);
+	cr_assert_eq(setns(fd, CLONE_NEWNET), 0);
+	close(fd);
 }
 
 /* Parse the workload's layout lines. */
