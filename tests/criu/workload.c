@@ -25,8 +25,12 @@
  *   seq       read one word per page in order (timed), then check
  *   random    read one word per page in a random order (timed), then check
  *
+ * A SIGUSR1 sent with sigqueue() and a value of 1, 2 or 3 runs seq, random
+ * or basic instead of the mode the process was dumped with (one dump then
+ * serves every measurement of faultd-bench's criu scenario).
+ *
  * Each process appends one line to FILE ("role=parent ok=1 bad=0 ...",
- * with CLOCK_MONOTONIC times in ns: t_go when SIGUSR1 came, t_first after
+ * with CLOCK_REALTIME times in ns: t_go when SIGUSR1 came, t_first after
  * the first read, t_end after the timed pass, t_done after the check) and
  * exits 0 when every byte was right, 1 when not, 2 on a usage or setup
  * error.
@@ -64,11 +68,16 @@ struct wl {
 	uint64_t t_go, t_first, t_end, t_done;
 };
 
+/*
+ * CLOCK_REALTIME: criu restore puts the process in a time namespace whose
+ * CLOCK_MONOTONIC continues the dumped one, so only the real-time clock
+ * compares with the test's.
+ */
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -322,7 +331,10 @@ int main(int argc, char **argv)
 	static struct wl w = { .mode = "basic", .nthreads = 4, .zombie = -1 };
 	static struct slice sl[MAX_THREADS];
 	pthread_t t[MAX_THREADS];
+	static const char *const go_modes[] = { NULL, "seq", "random",
+						"basic" };
 	int ready = -1, c, sig;
+	siginfo_t si;
 	sigset_t set;
 
 	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
@@ -358,9 +370,12 @@ int main(int argc, char **argv)
 	}
 	tell_ready(&w, ready);
 	do
-		sig = sigwaitinfo(&set, NULL);
+		sig = sigwaitinfo(&set, &si);
 	while (sig < 0 && errno == EINTR);
 	if (sig != SIGUSR1)
 		die("sigwaitinfo");
+	if (si.si_code == SI_QUEUE && si.si_value.sival_int > 0 &&
+	    si.si_value.sival_int < 4)
+		w.mode = go_modes[si.si_value.sival_int];
 	return after_go(&w, t);
 }
