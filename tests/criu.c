@@ -709,7 +709,7 @@ Test(criu, lazy_pages_baseline_page_server, .fini = net_fini)
 	int st;
 
 	h_net_up(&net);
-	h_workload(&t, NULL, restore_mib(), 35, "random");
+	h_workload(&t, NULL, 16, 35, "basic");
 	h_dump(&t, NULL, "d");
 	server = h_criu_bg(net.a, "page-server --lazy-pages -D %s --address "
 			   "%s --port %d -o ps.log", h_path("d"), net.a_ip,

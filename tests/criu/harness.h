@@ -159,15 +159,14 @@ static inline int h_run(const char *ns, const char *log, char *const argv[])
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* A criu command line: criu, then the words of @fmt split at spaces. */
-static inline char **h_criu_argv(const char *fmt, va_list ap)
+/* @argv: @first, then the words of @line split at spaces (in place). */
+static inline char **h_words(const char *first, char *line)
 {
-	static char line[1024];
 	static char *argv[64];
 	int n = 0;
 
-	vsnprintf(line, sizeof(line), fmt, ap);
-	argv[n++] = getenv("CRIU");
+	if (first)
+		argv[n++] = (char *)first;
 	for (char *s = strtok(line, " "); s && n < 63; s = strtok(NULL, " "))
 		argv[n++] = s;
 	argv[n] = NULL;
@@ -175,36 +174,40 @@ static inline char **h_criu_argv(const char *fmt, va_list ap)
 }
 
 /* Run criu with the words of @fmt, in @ns; returns its exit code. */
-static inline int h_criu(const char *ns, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static inline int
+h_criu(const char *ns, const char *fmt, ...)
 {
+	static char line[1024];
 	va_list ap;
-	char **argv;
 
 	va_start(ap, fmt);
-	argv = h_criu_argv(fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	return h_run(ns, h_path("criu.out"), argv);
+	return h_run(ns, h_path("criu.out"), h_words(getenv("CRIU"), line));
 }
 
 /*
- * Start criu with the words of @fmt (which must end in "--status-fd %d"
- * for the fd this passes last) in @ns, and wait until it says it is
- * ready (it wrote its status byte). Returns its pid.
+ * Start criu with the words of @fmt and "--status-fd N" in @ns, and wait
+ * until it says it is ready (it wrote its status byte). Returns its pid.
  */
-static inline pid_t h_criu_bg(const char *ns, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static inline pid_t
+h_criu_bg(const char *ns, const char *fmt, ...)
 {
-	char fmt2[512], c;
+	static char line[1024];
+	char c, **argv;
 	int p[2];
+	size_t n;
 	va_list ap;
-	char **argv;
 	pid_t pid;
 	struct pollfd pf;
 
 	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
-	snprintf(fmt2, sizeof(fmt2), "%s --status-fd %d", fmt, p[1]);
 	va_start(ap, fmt);
-	argv = h_criu_argv(fmt2, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	n = strlen(line);
+	snprintf(line + n, sizeof(line) - n, " --status-fd %d", p[1]);
+	argv = h_words(getenv("CRIU"), line);
 	pid = h_spawn(ns, h_path("criu.out"), p[1], argv);
 	close(p[1]);
 	pf = (struct pollfd){ .fd = p[0], .events = POLLIN };
@@ -217,20 +220,16 @@ static inline pid_t h_criu_bg(const char *ns, const char *fmt, ...)
 }
 
 /* Run the words of @fmt (a command found in PATH); its exit code. */
-static inline int h_cmd(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static inline int
+h_cmd(const char *fmt, ...)
 {
-	char line[512];
-	char *argv[32];
-	int n = 0;
+	static char line[512];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	for (char *s = strtok(line, " "); s && n < 31; s = strtok(NULL, " "))
-		argv[n++] = s;
-	argv[n] = NULL;
-	return h_run(NULL, h_path("cmd.out"), argv);
+	return h_run(NULL, h_path("cmd.out"), h_words(NULL, line));
 }
 
 /*
