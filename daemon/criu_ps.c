@@ -219,61 +219,76 @@ static int ps_complete(struct criu_ps *ps, struct ps_req *r)
 	return err;
 }
 
-/*
- * Up to PS_BATCH requests for [*at, end), each inside one SRC_DATA piece
- * and at most PS_REQ_MAX; *at moves past them. Returns the count, or
- * -ERANGE when a page of the range is not SRC_DATA.
- */
-static ssize_t ps_plan(const struct ps_src *p, uint64_t *at, uint64_t end,
-		       char *buf0, uint64_t off0, struct ps_req *r)
+/* What one read() still has to get: [at, end), inside one request. */
+struct ps_gap {
+	uint64_t at, end;
+};
+
+/* A read's progress: gaps left by short answers, then the fresh part. */
+struct ps_todo {
+	struct ps_gap gap[PS_BATCH];
+	size_t nr_gaps;
+	uint64_t at, end;	/* [at, end) not asked yet */
+	char *buf;
+	uint64_t off;		/* the address of buf[0] */
+};
+
+static void ps_req_init(struct ps_req *r, const struct ps_src *p,
+			const struct ps_todo *t, uint64_t at, uint64_t len)
 {
-	size_t n = 0;
-
-	while (*at < end && n < PS_BATCH) {
-		const struct piece *pc = criu_mem_data(&p->m, *at);
-		uint64_t len;
-
-		if (!pc)
-			return -ERANGE;
-		len = pc->start + pc->len - *at;
-		if (len > end - *at)
-			len = end - *at;
-		if (len > PS_REQ_MAX)
-			len = PS_REQ_MAX;
-		r[n] = (struct ps_req){ .vaddr = *at,
-					.nr_pages = len / CRIU_PAGE_SIZE,
-					.pid = p->pid,
-					.buf = buf0 + (*at - off0) };
-		pthread_cond_init(&r[n].turn, NULL);
-		n++;
-		*at += len;
-	}
-	return (ssize_t)n;
+	*r = (struct ps_req){ .vaddr = at, .nr_pages = len / CRIU_PAGE_SIZE,
+			      .pid = p->pid, .buf = t->buf + (at - t->off) };
+	pthread_cond_init(&r->turn, NULL);
 }
 
 /*
- * One batch: plan, send, receive in order. A short answer moves *at back
- * to the first page not received (later answers are kept but asked again:
- * the server cuts a request only where its run of pages ends, rarely).
+ * Up to PS_BATCH requests: the gaps first (each fits one request), then
+ * the fresh part, cut at SRC_DATA pieces (ps_read() checked it is all
+ * DATA) and at PS_REQ_MAX. Returns the count.
  */
-static int ps_round(struct ps_src *p, uint64_t *at, uint64_t end,
-		    char *buf, uint64_t off)
+static size_t ps_plan(const struct ps_src *p, struct ps_todo *t,
+		      struct ps_req *r)
+{
+	size_t n = 0;
+
+	for (; n < t->nr_gaps; n++)
+		ps_req_init(&r[n], p, t, t->gap[n].at,
+			    t->gap[n].end - t->gap[n].at);
+	t->nr_gaps = 0;
+	while (t->at < t->end && n < PS_BATCH) {
+		const struct piece *pc = criu_mem_data(&p->m, t->at);
+		uint64_t len = pc->start + pc->len - t->at;
+
+		if (len > t->end - t->at)
+			len = t->end - t->at;
+		if (len > PS_REQ_MAX)
+			len = PS_REQ_MAX;
+		ps_req_init(&r[n++], p, t, t->at, len);
+		t->at += len;
+	}
+	return n;
+}
+
+/*
+ * One batch: plan, send, receive in order. The server cuts an answer
+ * where its run of pages ends; what an answer lacked becomes a gap that
+ * the next batch asks for.
+ */
+static int ps_round(struct ps_src *p, struct ps_todo *t)
 {
 	struct ps_req r[PS_BATCH];
-	ssize_t n = ps_plan(p, at, end, buf, off, r);
+	size_t n = ps_plan(p, t, r);
 	int err;
 
-	if (n < 0)
-		return (int)n;
-	err = ps_send_batch(p->ps, r, (size_t)n);
-	for (ssize_t i = 0; !err && i < n; i++)
+	err = ps_send_batch(p->ps, r, n);
+	for (size_t i = 0; !err && i < n; i++)
 		err = ps_complete(p->ps, &r[i]);
-	for (ssize_t i = 0; !err && i < n; i++)
-		if (r[i].got < r[i].nr_pages) {
-			*at = r[i].vaddr + r[i].got * CRIU_PAGE_SIZE;
-			break;
-		}
-	for (ssize_t i = 0; i < n; i++)
+	for (size_t i = 0; !err && i < n; i++)
+		if (r[i].got < r[i].nr_pages)
+			t->gap[t->nr_gaps++] = (struct ps_gap){
+				r[i].vaddr + r[i].got * CRIU_PAGE_SIZE,
+				r[i].vaddr + r[i].nr_pages * CRIU_PAGE_SIZE };
+	for (size_t i = 0; i < n; i++)
 		pthread_cond_destroy(&r[i].turn);
 	return err;
 }
@@ -281,7 +296,8 @@ static int ps_round(struct ps_src *p, uint64_t *at, uint64_t end,
 static ssize_t ps_read(struct source *s, uint64_t off, void *buf, size_t len)
 {
 	struct ps_src *p = (struct ps_src *)s;
-	uint64_t at = off;
+	struct ps_todo t = { .at = off, .end = off + len, .buf = buf,
+			     .off = off };
 	int err;
 
 	if (!len || (off | len) % CRIU_PAGE_SIZE || len > SSIZE_MAX ||
@@ -295,8 +311,8 @@ static ssize_t ps_read(struct source *s, uint64_t off, void *buf, size_t len)
 			return -ERANGE;
 		a = pc->start + pc->len;
 	}
-	while (at < off + len) {
-		err = ps_round(p, &at, off + len, buf, off);
+	while (t.at < t.end || t.nr_gaps) {
+		err = ps_round(p, &t);
 		if (err)
 			return err;
 	}

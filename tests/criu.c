@@ -9,6 +9,9 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -726,4 +729,149 @@ Test(criu, lazy_pages_baseline_page_server, .fini = net_fini)
 	st = h_wait(server, H_DEADLINE_MS);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "criu page-server: %#x (see %s/ps.log)", st, h_path("d"));
+}
+
+/*
+ * The protocol's edges that CRIU's server shows only with some page-pipe
+ * layouts: answers cut short (page_pipe_read() stops at the end of the
+ * run of pages that holds the address) and an answer that does not match
+ * its request. A server of the test speaks the protocol over loopback,
+ * with the content of the dump's own pages.
+ */
+#define PS_MAX_ANSWER (4ul << 20) /* the client asks for at most this */
+
+struct stub {
+	int lsk;
+	uint16_t port;
+	struct source *pages;	/* the local source of the same task */
+	uint64_t cut;		/* answer at most this many pages */
+	bool bad_vaddr;		/* answer the 3rd request with another vaddr */
+	unsigned int answers;
+	pthread_t th;
+};
+
+struct stub_iov {
+	uint32_t cmd, pad;
+	uint64_t nr_pages, vaddr, dst_id;
+};
+
+static bool stub_io(int sk, bool out, void *buf, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = out ? send(sk, (char *)buf + done, len - done,
+				       MSG_NOSIGNAL)
+				: recv(sk, (char *)buf + done, len - done, 0);
+
+		if (n <= 0)
+			return false;
+		done += (size_t)n;
+	}
+	return true;
+}
+
+static void *stub_main(void *arg)
+{
+	struct stub *st = arg;
+	char *buf = malloc(PS_MAX_ANSWER);
+	int sk = accept(st->lsk, NULL, NULL), one = 1;
+	struct stub_iov pi;
+
+	/* Header and pages go in two sends: no Nagle wait between them. */
+	setsockopt(sk, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	while (sk >= 0 && buf && stub_io(sk, false, &pi, sizeof(pi))) {
+		int32_t zero = 0;
+
+		if (pi.cmd == 0x1023) {
+			stub_io(sk, true, &zero, sizeof(zero));
+			break;
+		}
+		if (pi.nr_pages > st->cut)
+			pi.nr_pages = st->cut;
+		if (source_read(st->pages, pi.vaddr, buf,
+				pi.nr_pages * WL_PAGE) < 0)
+			break;
+		pi.cmd = 4u << 16 | 6;
+		if (st->bad_vaddr && ++st->answers == 3)
+			pi.vaddr += WL_PAGE;
+		if (!stub_io(sk, true, &pi, sizeof(pi)) ||
+		    !stub_io(sk, true, buf, pi.nr_pages * WL_PAGE))
+			break;
+	}
+	if (sk >= 0)
+		close(sk);
+	free(buf);
+	return NULL;
+}
+
+static void stub_start(struct stub *st)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+
+	st->lsk = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(st->lsk >= 0);
+	cr_assert_eq(bind(st->lsk, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(st->lsk, 1), 0);
+	cr_assert_eq(getsockname(st->lsk, (struct sockaddr *)&a, &len), 0);
+	st->port = ntohs(a.sin_port);
+	cr_assert_eq(pthread_create(&st->th, NULL, stub_main, st), 0);
+}
+
+static void stub_stop(struct stub *st)
+{
+	pthread_join(st->th, NULL);
+	close(st->lsk);
+}
+
+Test(criu, page_server_short_answers)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000 };
+	struct stub st = { .cut = 3 };
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 4, 41, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
+	stub_start(&st);
+	cr_assert_eq(criu_ps_connect("127.0.0.1", st.port, &o, &ps), 0);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	/* Every read asks for more than 3 pages: each answer is cut. */
+	check_task_source(s, &t);
+	concurrent_reads(s, &t);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	stub_stop(&st);
+	source_destroy(st.pages);
+	criu_dump_close(d);
+}
+
+Test(criu, page_server_mismatched_answer)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000 };
+	struct stub st = { .cut = 64, .bad_vaddr = true };
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 4, 43, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
+	stub_start(&st);
+	cr_assert_eq(criu_ps_connect("127.0.0.1", st.port, &o, &ps), 0);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
+	expect_content(s, &t, 0, 16 * WL_PAGE, 16 * WL_PAGE);
+	expect_eio(s, &t);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), -EIO);
+	stub_stop(&st);
+	source_destroy(st.pages);
+	criu_dump_close(d);
 }
