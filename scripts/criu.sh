@@ -42,7 +42,7 @@ version_ok() {
 if [ -n "${CRIU:-}" ]; then
 	command -v "$CRIU" >/dev/null 2>&1 || skip "CRIU=$CRIU: not found"
 	bin=$(command -v "$CRIU")
-	version_ok "$bin" || skip "CRIU=$CRIU: version below 4.1 (4.1 fixed the vDSO bounds on kernels >= 6.13)"
+	version_ok "$bin" || skip "CRIU=$CRIU: its version is not 4.1 or later (4.1 fixed the vDSO bounds for kernels >= 6.13)"
 	works "$bin" || skip "CRIU=$CRIU: 'criu check' or lazy pages (uffd-noncoop) fail on this kernel"
 	echo "$bin"
 	exit 0
