@@ -1,0 +1,877 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * criu.c - CRIU dumps as sources (daemon/criu.h), checked against real
+ * dumps of tests/criu/workload.c made by an unmodified CRIU, and the
+ * baseline the faultd front end will replace: `criu restore --lazy-pages`
+ * served by `criu lazy-pages`, every byte checked by the process itself.
+ *
+ * FAULTD_CRIU_MIB sets the workload's size for the restores (default 64).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "criu.h"
+#include "criu-images.pb-c.h"
+#include "criu/harness.h"
+
+TestSuite(criu, .init = h_setup, .fini = h_teardown, .timeout = 600);
+
+static size_t restore_mib(void)
+{
+	const char *s = getenv("FAULTD_CRIU_MIB");
+
+	return s && atoi(s) > 0 ? (size_t)atoi(s) : 64;
+}
+
+static struct criu_dump *open_ok(const char *name)
+{
+	struct criu_dump *d;
+	char why[256];
+	int err = criu_dump_open(h_path(name), &d, why, sizeof(why));
+
+	cr_assert_eq(err, 0, "criu_dump_open: %d: %s", err, why);
+	return d;
+}
+
+/* The extent at @off must be @kind and contain [off, off + len). */
+static void expect_extent(struct source *s, uint64_t off, uint64_t len,
+			  enum src_kind kind)
+{
+	for (uint64_t at = off; at < off + len;) {
+		struct src_extent e;
+
+		cr_assert_eq(source_extent(s, at, &e), 0, "extent %#lx",
+			     (unsigned long)at);
+		cr_assert(e.off <= at && at < e.off + e.len);
+		cr_assert_eq(e.kind, kind, "extent at %#lx: kind %d, not %d",
+			     (unsigned long)at, e.kind, kind);
+		at = e.off + e.len;
+	}
+}
+
+/* Read [off, off + len) of region @region through @s and compare. */
+static void expect_content(struct source *s, const struct h_task *t,
+			   unsigned int region, uint64_t off, size_t len)
+{
+	uint64_t base = region ? t->r1 : t->r0, first = 0;
+	char *buf = malloc(len);
+	size_t bad;
+
+	cr_assert(buf);
+	cr_assert_eq(source_read(s, base + off, buf, len), (ssize_t)len);
+	bad = wl_check(t->seed, region, off, buf, len, &first);
+	cr_assert_eq(bad, 0, "%zu words wrong, the first at region %u + %#lx",
+		     bad, region, (unsigned long)first);
+	free(buf);
+}
+
+/* Region 0 DATA; region 1 DATA where written and ZERO elsewhere. */
+static void check_task_source(struct source *s, const struct h_task *t)
+{
+	expect_extent(s, t->r0, t->r0_len, SRC_DATA);
+	for (uint64_t off = 0; off < t->r1_len; off += WL_SPARSE_CHUNK) {
+		expect_extent(s, t->r1 + off, WL_SPARSE_CHUNK / 2, SRC_DATA);
+		expect_extent(s, t->r1 + off + WL_SPARSE_CHUNK / 2,
+			      WL_SPARSE_CHUNK / 2, SRC_ZERO);
+		expect_content(s, t, 1, off, WL_SPARSE_CHUNK / 2);
+	}
+	/* Across every DATA piece of region 0 at once, and page by page. */
+	expect_content(s, t, 0, 0, t->r0_len);
+	for (uint64_t off = 0; off < t->r0_len; off += 37 * WL_PAGE)
+		expect_content(s, t, 0, off, WL_PAGE);
+}
+
+Test(criu, dump_parsed)
+{
+	const struct criu_task *tasks;
+	const struct criu_range *lazy;
+	struct criu_dump *d;
+	struct source *s, *s2;
+	struct src_extent e;
+	struct h_task t;
+	char page[WL_PAGE];
+	uint64_t covered = 0;
+	ssize_t n;
+
+	h_workload(&t, NULL, 32, 11, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_dump_tasks(d, &tasks), 1);
+	cr_assert_eq(tasks[0].pid, t.pid);
+	cr_assert(!tasks[0].zombie);
+	cr_assert_eq(tasks[0].nr_threads, 1);
+	cr_assert_eq(criu_task_source(d, t.pid, &s), 0);
+	cr_assert_str_eq(s->ops->name, "criu");
+	cr_assert_eq(s->page_size, 4096);
+	check_task_source(s, &t);
+
+	/* What the engine must push covers both regions' data. */
+	n = criu_task_lazy(d, t.pid, &lazy);
+	cr_assert(n > 0);
+	for (ssize_t i = 0; i < n; i++) {
+		uint64_t a = lazy[i].start, b = a + lazy[i].len;
+
+		cr_assert(i == 0 || a >= lazy[i - 1].start + lazy[i - 1].len);
+		if (a < t.r0 + t.r0_len && b > t.r0)
+			covered += (b < t.r0 + t.r0_len ? b : t.r0 + t.r0_len) -
+				   (a > t.r0 ? a : t.r0);
+	}
+	cr_assert_eq(covered, t.r0_len);
+
+	/* Outside: NONE below the first VMA, -ERANGE past the last. */
+	cr_assert_eq(source_extent(s, 0, &e), 0);
+	cr_assert_eq(e.kind, SRC_NONE);
+	cr_assert_eq(e.off, 0);
+	cr_assert_eq(source_extent(s, s->size, &e), -ERANGE);
+	cr_assert_eq(source_read(s, 0, page, sizeof(page)), -ERANGE);
+	cr_assert_eq(source_read(s, t.r1 + WL_SPARSE_CHUNK / 2, page,
+				 sizeof(page)), -ERANGE);
+	cr_assert_eq(source_read(s, t.r0 + 1, page, sizeof(page)), -EINVAL);
+	cr_assert_eq(criu_task_source(d, t.pid + 100000, &s2), -ESRCH);
+
+	/* The id: stable for this dump, not all zeros. */
+	cr_assert_eq(criu_task_source(d, t.pid, &s2), 0);
+	cr_assert_eq(memcmp(s->id, s2->id, sizeof(s->id)), 0);
+	memset(page, 0, sizeof(s->id));
+	cr_assert_neq(memcmp(s->id, page, sizeof(s->id)), 0);
+	source_destroy(s2);
+	source_destroy(s);
+	criu_dump_close(d);
+}
+
+Test(criu, id_differs_between_dumps)
+{
+	struct criu_dump *d1, *d2;
+	struct source *s1, *s2;
+	struct h_task a, b;
+
+	h_workload(&a, NULL, 4, 1, "basic");
+	h_dump(&a, NULL, "a");
+	h_workload(&b, NULL, 4, 1, "basic");
+	h_dump(&b, NULL, "b");
+	d1 = open_ok("a");
+	d2 = open_ok("b");
+	cr_assert_eq(criu_task_source(d1, a.pid, &s1), 0);
+	cr_assert_eq(criu_task_source(d2, b.pid, &s2), 0);
+	cr_assert_neq(memcmp(s1->id, s2->id, sizeof(s1->id)), 0);
+	source_destroy(s1);
+	source_destroy(s2);
+	criu_dump_close(d1);
+	criu_dump_close(d2);
+}
+
+/* Concurrent readers of one source, each at its own random pages. */
+struct reader {
+	struct source *s;
+	const struct h_task *t;
+	unsigned int seed;
+	atomic_size_t *bad;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	size_t pages = r->t->r0_len / WL_PAGE;
+	char buf[16 * WL_PAGE];
+
+	for (int i = 0; i < 2000; i++) {
+		size_t pg = (size_t)rand_r(&r->seed) % pages;
+		size_t n = 1 + (size_t)rand_r(&r->seed) % 16;
+
+		if (pg + n > pages)
+			n = pages - pg;
+		if (source_read(r->s, r->t->r0 + pg * WL_PAGE, buf,
+				n * WL_PAGE) != (ssize_t)(n * WL_PAGE) ||
+		    wl_check(r->t->seed, 0, pg * WL_PAGE, buf, n * WL_PAGE,
+			     NULL))
+			atomic_fetch_add(r->bad, 1);
+	}
+	return NULL;
+}
+
+static void concurrent_reads(struct source *s, const struct h_task *t)
+{
+	struct reader r[4];
+	pthread_t th[4];
+	atomic_size_t bad = 0;
+
+	for (unsigned int i = 0; i < 4; i++) {
+		r[i] = (struct reader){ s, t, i + 1, &bad };
+		cr_assert_eq(pthread_create(&th[i], NULL, reader_main, &r[i]),
+			     0);
+	}
+	for (unsigned int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&bad), 0, "%zu reads wrong or failed",
+		     atomic_load(&bad));
+}
+
+Test(criu, concurrent_readers)
+{
+	struct criu_dump *d;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 16, 5, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_task_source(d, t.pid, &s), 0);
+	concurrent_reads(s, &t);
+	source_destroy(s);
+	criu_dump_close(d);
+}
+
+Test(criu, zombie_and_threads)
+{
+	const struct criu_task *tasks;
+	const struct criu_range *lazy;
+	struct criu_dump *d;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 4, 3, "zombie");
+	cr_assert(t.zombie > 0);
+	h_dump(&t, NULL, "z");
+	d = open_ok("z");
+	cr_assert_eq(criu_dump_tasks(d, &tasks), 2);
+	cr_assert_eq(tasks[0].pid, t.pid);
+	cr_assert(!tasks[0].zombie);
+	cr_assert_eq(tasks[1].pid, t.zombie);
+	cr_assert_eq(tasks[1].ppid, t.pid);
+	cr_assert(tasks[1].zombie);
+	cr_assert_eq(criu_task_source(d, t.zombie, &s), -ESRCH);
+	cr_assert_eq(criu_task_lazy(d, t.zombie, &lazy), -ESRCH);
+	criu_dump_close(d);
+
+	h_workload(&t, NULL, 4, 3, "threads");
+	h_dump(&t, NULL, "t");
+	d = open_ok("t");
+	cr_assert_eq(criu_dump_tasks(d, &tasks), 1);
+	cr_assert_eq(tasks[0].nr_threads, 5);
+	cr_assert_eq(criu_task_source(d, t.pid, &s), 0);
+	check_task_source(s, &t);
+	source_destroy(s);
+	criu_dump_close(d);
+}
+
+/* ---- bad images ---- */
+
+static void copy_file(const char *from, const char *to)
+{
+	char buf[1 << 16];
+	int in = open(from, O_RDONLY | O_CLOEXEC), out;
+	ssize_t n;
+
+	cr_assert(in >= 0, "%s", from);
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert(out >= 0, "%s", to);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		cr_assert_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+}
+
+/* A copy of dump folder @from as @to. */
+static void copy_dump(const char *from, const char *to)
+{
+	char src[600], dst[600];
+	struct dirent *e;
+	DIR *dir = opendir(h_path(from));
+
+	cr_assert(dir);
+	cr_assert_eq(mkdir(h_path(to), 0755), 0);
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(src, sizeof(src), "%s/%s", h_path(from), e->d_name);
+		snprintf(dst, sizeof(dst), "%s/%s", h_path(to), e->d_name);
+		copy_file(src, dst);
+	}
+	closedir(dir);
+}
+
+static void expect_refused(const char *name, int err, const char *words)
+{
+	struct criu_dump *d = NULL;
+	char why[256] = "";
+	int got = criu_dump_open(h_path(name), &d, why, sizeof(why));
+
+	cr_assert_eq(got, err, "%s: %d (%s), expected %d", name, got, why,
+		     err);
+	cr_assert_null(d);
+	cr_assert(strstr(why, words), "%s: \"%s\" does not say \"%s\"", name,
+		  why, words);
+}
+
+#define LAST_ENTRY (~0u)
+
+/*
+ * Rewrite pagemap-PID.img of folder @name, @edit changing entry @n (or
+ * the last one).
+ */
+static void edit_pagemap(const char *name, pid_t pid, unsigned int n,
+			 void (*edit)(FaultdCriu__PagemapEntry *e))
+{
+	char p[256];
+	uint8_t *in, *out;
+	size_t len, at = 8, o = 8;
+	unsigned int i = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/pagemap-%d.img", h_path(name), (int)pid);
+	f = fopen(p, "r");
+	cr_assert(f);
+	in = malloc(1 << 20);
+	out = malloc(1 << 20);
+	len = fread(in, 1, 1 << 20, f);
+	fclose(f);
+	memcpy(out, in, 8);
+	/* The head, as it is. */
+	{
+		uint32_t sz;
+
+		memcpy(&sz, in + at, 4);
+		memcpy(out + o, in + at, 4 + sz);
+		at += 4 + sz, o += 4 + sz;
+	}
+	for (; at < len; i++) {
+		FaultdCriu__PagemapEntry *e;
+		uint32_t sz;
+
+		memcpy(&sz, in + at, 4);
+		e = faultd_criu__pagemap_entry__unpack(NULL, sz, in + at + 4);
+		cr_assert(e);
+		if (i == n || (n == LAST_ENTRY && at + 4 + sz >= len))
+			edit(e);
+		sz = (uint32_t)faultd_criu__pagemap_entry__pack(e, out + o + 4);
+		memcpy(out + o, &sz, 4);
+		o += 4 + sz;
+		memcpy(&sz, in + at, 4);
+		at += 4 + sz;
+		faultd_criu__pagemap_entry__free_unpacked(e, NULL);
+	}
+	cr_assert(n == LAST_ENTRY || i > n, "only %u entries", i);
+	f = fopen(p, "w");
+	cr_assert(f);
+	cr_assert_eq(fwrite(out, 1, o, f), o);
+	fclose(f);
+	free(in);
+	free(out);
+}
+
+static void e_unaligned(FaultdCriu__PagemapEntry *e)
+{
+	e->vaddr += 512;
+}
+
+static void e_parent(FaultdCriu__PagemapEntry *e)
+{
+	e->has_in_parent = 1;
+	e->in_parent = 1;
+}
+
+static void e_overlap(FaultdCriu__PagemapEntry *e)
+{
+	e->vaddr = 4096;
+}
+
+static void e_flags(FaultdCriu__PagemapEntry *e)
+{
+	e->has_flags = 1;
+	e->flags |= 0x40;
+}
+
+static void e_outside(FaultdCriu__PagemapEntry *e)
+{
+	/* Lazy pages past the end of every VMA. */
+	e->vaddr = 0x7ffffffff000ull - 4096 * 8;
+	e->nr_pages = 1;
+	e->has_flags = 1;
+	e->flags = CRIU_PE_LAZY | CRIU_PE_PRESENT;
+}
+
+Test(criu, bad_images_refused)
+{
+	char p[256];
+	struct h_task t;
+	int fd;
+
+	h_workload(&t, NULL, 4, 9, "basic");
+	h_dump(&t, NULL, "good");
+
+	/* pages-1.img one page short. */
+	copy_dump("good", "short");
+	snprintf(p, sizeof(p), "%s/pages-1.img", h_path("short"));
+	fd = open(p, O_WRONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(ftruncate(fd, lseek(fd, 0, SEEK_END) - 4096), 0);
+	close(fd);
+	expect_refused("short", -EBADMSG, "pages-1.img: truncated");
+
+	/* No mm-PID.img. */
+	copy_dump("good", "nomm");
+	snprintf(p, sizeof(p), "%s/mm-%d.img", h_path("nomm"), (int)t.pid);
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "mm-%d.img", (int)t.pid);
+	expect_refused("nomm", -ENOENT, p);
+
+	/* Garbage in the pagemap: bytes that do not parse, then a cut. */
+	copy_dump("good", "garbage");
+	snprintf(p, sizeof(p), "%s/pagemap-%d.img", h_path("garbage"),
+		 (int)t.pid);
+	fd = open(p, O_WRONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(pwrite(fd, "\xff\xff\xff\xff\xff\xff", 6, 20), 6);
+	close(fd);
+	expect_refused("garbage", -EBADMSG, "does not parse");
+	copy_dump("good", "cut");
+	snprintf(p, sizeof(p), "%s/pagemap-%d.img", h_path("cut"), (int)t.pid);
+	cr_assert_eq(truncate(p, 30), 0);
+	expect_refused("cut", -EBADMSG, "pagemap");
+
+	/* Entries that parse but cannot be served. */
+	copy_dump("good", "unaligned");
+	edit_pagemap("unaligned", t.pid, 2, e_unaligned);
+	expect_refused("unaligned", -EBADMSG, "unaligned");
+	copy_dump("good", "overlap");
+	edit_pagemap("overlap", t.pid, 2, e_overlap);
+	expect_refused("overlap", -EBADMSG, "out of order");
+	copy_dump("good", "parent");
+	edit_pagemap("parent", t.pid, 1, e_parent);
+	expect_refused("parent", -EOPNOTSUPP, "incremental");
+	copy_dump("good", "flags");
+	edit_pagemap("flags", t.pid, 1, e_flags);
+	expect_refused("flags", -EBADMSG, "flags");
+	copy_dump("good", "outside");
+	edit_pagemap("outside", t.pid, LAST_ENTRY, e_outside);
+	expect_refused("outside", -EBADMSG, "not in a private anonymous VMA");
+
+	/* Not a CRIU image at all. */
+	copy_dump("good", "magic");
+	snprintf(p, sizeof(p), "%s/pstree.img", h_path("magic"));
+	fd = open(p, O_WRONLY);
+	cr_assert_eq(pwrite(fd, "FAUL", 4, 0), 4);
+	close(fd);
+	expect_refused("magic", -EBADMSG, "pstree.img: not a CRIU image");
+}
+
+/* ---- the baseline: criu lazy-pages serving criu restore --lazy-pages ---- */
+
+/*
+ * Dump a workload of @mode, restore it lazily with `criu lazy-pages`, let
+ * it check itself. Returns its parent result line in @line.
+ */
+static void criu_lazy_restore(const char *mode, size_t mib, char *line,
+			      size_t len)
+{
+	struct h_task t;
+	pid_t lp;
+	int st;
+
+	h_workload(&t, NULL, mib, 21, mode);
+	h_dump(&t, NULL, "d");
+	lp = h_criu_bg(NULL, "lazy-pages -D %s -o lazy.log", h_path("d"));
+	cr_assert_eq(h_criu(NULL, "restore -D %s --lazy-pages -d -o rst.log",
+			    h_path("d")), 0,
+		     "criu restore failed (see %s/rst.log)", h_path("d"));
+	h_go_and_check(&t, line, len);
+	st = h_wait(lp, H_DEADLINE_MS);
+	cr_assert(st != -ETIMEDOUT, "criu lazy-pages did not finish");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu lazy-pages failed (%#x, see %s/lazy.log)", st,
+		  h_path("d"));
+}
+
+#define BASELINE(mode)                                                         \
+	Test(criu, lazy_pages_baseline_##mode)                                 \
+	{                                                                      \
+		char line[512];                                                \
+		criu_lazy_restore(#mode, restore_mib(), line, sizeof(line));   \
+	}
+
+BASELINE(basic)
+BASELINE(threads)
+BASELINE(mremap)
+BASELINE(dontneed)
+BASELINE(mprotect)
+BASELINE(seq)
+BASELINE(random)
+
+Test(criu, lazy_pages_baseline_zombie)
+{
+	char line[512];
+
+	criu_lazy_restore("zombie", restore_mib(), line, sizeof(line));
+	cr_assert(strstr(line, "zombie_ok=1"), "%s", line);
+}
+
+Test(criu, lazy_pages_baseline_fork)
+{
+	char buf[4096];
+	char line[512];
+	int fd;
+	ssize_t n;
+
+	criu_lazy_restore("fork", restore_mib(), line, sizeof(line));
+	fd = open(h_path("result"), O_RDONLY);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	cr_assert(n > 0);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "role=child") && strstr(buf, "role=parent"),
+		  "%s", buf);
+}
+
+/* ---- the page-server source, across two network namespaces ---- */
+
+#define PS_PORT 27013
+
+static struct h_net net;
+
+static void net_fini(void)
+{
+	h_net_down(&net);
+	h_teardown();
+}
+
+/* Connect from namespace B to the page server at A. */
+static struct criu_ps *ps_connect_b(int timeout_ms)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = timeout_ms };
+	struct criu_ps *ps;
+	int err;
+
+	h_join_ns(net.b);
+	err = criu_ps_connect(net.a_ip, PS_PORT, &o, &ps);
+	h_join_ns(NULL);
+	cr_assert_eq(err, 0, "criu_ps_connect %s:%d: %d", net.a_ip, PS_PORT,
+		     err);
+	return ps;
+}
+
+/* Every lazy range of the task reads whole through @s. */
+static void read_all_lazy(struct criu_dump *d, pid_t pid, struct source *s)
+{
+	const struct criu_range *r;
+	ssize_t n = criu_task_lazy(d, pid, &r);
+	char *buf = malloc(1 << 20);
+
+	cr_assert(n > 0 && buf);
+	for (ssize_t i = 0; i < n; i++)
+		for (uint64_t at = 0; at < r[i].len; at += 1 << 20) {
+			size_t l = r[i].len - at < (1 << 20) ? r[i].len - at
+							     : (1 << 20);
+
+			cr_assert_eq(source_read(s, r[i].start + at, buf, l),
+				     (ssize_t)l, "lazy range %#lx",
+				     (unsigned long)(r[i].start + at));
+		}
+	free(buf);
+}
+
+/* A full dump of a workload, served by `criu page-server` in A. */
+static pid_t page_server_of_dump(struct h_task *t, struct criu_dump **d)
+{
+	pid_t ps;
+
+	h_net_up(&net);
+	h_workload(t, NULL, 16, 31, "basic");
+	h_dump(t, NULL, "d");
+	*d = open_ok("d");
+	ps = h_criu_bg(net.a, "page-server --lazy-pages -D %s --address %s "
+		       "--port %d -o ps.log", h_path("d"), net.a_ip, PS_PORT);
+	return ps;
+}
+
+Test(criu, page_server_criu_page_server, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t server = page_server_of_dump(&t, &d);
+	int st;
+
+	ps = ps_connect_b(10000);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	cr_assert_str_eq(s->ops->name, "criu-page-server");
+	check_task_source(s, &t);
+	concurrent_reads(s, &t);
+	read_all_lazy(d, t.pid, s);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	st = h_wait(server, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu page-server: %#x (see %s/ps.log)", st, h_path("d"));
+	criu_dump_close(d);
+}
+
+Test(criu, page_server_dump_lazy_port, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t dump;
+	int st;
+
+	h_net_up(&net);
+	h_workload(&t, net.a, 16, 33, "basic");
+	cr_assert_eq(mkdir(h_path("d"), 0755), 0);
+	dump = h_criu_bg(net.a, "dump -t %d -D %s --lazy-pages --address %s "
+			 "--port %d -o dump.log", (int)t.pid, h_path("d"),
+			 net.a_ip, PS_PORT);
+	d = open_ok("d");
+	/* The lazy pages are not in the folder: only a page server has them. */
+	cr_assert_eq(criu_task_source(d, t.pid, &s), -ENODATA);
+	ps = ps_connect_b(10000);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	concurrent_reads(s, &t);
+	check_task_source(s, &t);
+	read_all_lazy(d, t.pid, s);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	st = h_wait(dump, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu dump: %#x (see %s/dump.log)", st, h_path("d"));
+	st = h_wait(t.pid, H_DEADLINE_MS);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	criu_dump_close(d);
+}
+
+/* A read after the server died, or while it does not answer: -EIO. */
+static void expect_eio(struct source *s, const struct h_task *t)
+{
+	char *buf = malloc(64 * WL_PAGE);
+
+	cr_assert(buf);
+	memset(buf, 0x5a, 64 * WL_PAGE);
+	cr_assert_eq(source_read(s, t->r0 + 64 * WL_PAGE, buf, 64 * WL_PAGE),
+		     -EIO);
+	/* And every read after it: the connection is dead for good. */
+	cr_assert_eq(source_read(s, t->r0, buf, WL_PAGE), -EIO);
+	free(buf);
+}
+
+Test(criu, page_server_dies, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t server = page_server_of_dump(&t, &d);
+
+	ps = ps_connect_b(10000);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
+	cr_assert_eq(kill(server, SIGKILL), 0);
+	cr_assert(WIFSIGNALED(h_wait(server, H_DEADLINE_MS)));
+	expect_eio(s, &t);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), -EIO);
+	criu_dump_close(d);
+}
+
+Test(criu, page_server_times_out, .fini = net_fini)
+{
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+	pid_t server = page_server_of_dump(&t, &d);
+	uint64_t t0;
+
+	ps = ps_connect_b(300);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
+	cr_assert_eq(kill(server, SIGSTOP), 0);
+	t0 = h_now_ns();
+	expect_eio(s, &t);
+	cr_assert(h_now_ns() - t0 >= 300000000ull, "no time-out waited");
+	cr_assert(h_now_ns() - t0 < 5000000000ull, "the time-out took %llu ns",
+		  (unsigned long long)(h_now_ns() - t0));
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), -EIO);
+	kill(server, SIGKILL);
+	kill(server, SIGCONT);
+	h_wait(server, H_DEADLINE_MS);
+	criu_dump_close(d);
+}
+
+/* CRIU on both ends: criu page-server in A, criu lazy-pages in B. */
+Test(criu, lazy_pages_baseline_page_server, .fini = net_fini)
+{
+	char line[512];
+	struct h_task t;
+	pid_t server, lp;
+	int st;
+
+	h_net_up(&net);
+	h_workload(&t, NULL, 16, 35, "basic");
+	h_dump(&t, NULL, "d");
+	server = h_criu_bg(net.a, "page-server --lazy-pages -D %s --address "
+			   "%s --port %d -o ps.log", h_path("d"), net.a_ip,
+			   PS_PORT);
+	lp = h_criu_bg(net.b, "lazy-pages --page-server --address %s --port %d "
+		       "-D %s -o lazy.log", net.a_ip, PS_PORT, h_path("d"));
+	cr_assert_eq(h_criu(net.b, "restore -D %s --lazy-pages -d -o rst.log",
+			    h_path("d")), 0,
+		     "criu restore failed (see %s/rst.log)", h_path("d"));
+	h_go_and_check(&t, line, sizeof(line));
+	st = h_wait(lp, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu lazy-pages: %#x (see %s/lazy.log)", st, h_path("d"));
+	st = h_wait(server, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu page-server: %#x (see %s/ps.log)", st, h_path("d"));
+}
+
+/*
+ * The protocol's edges that CRIU's server shows only with some page-pipe
+ * layouts: answers cut short (page_pipe_read() stops at the end of the
+ * run of pages that holds the address) and an answer that does not match
+ * its request. A server of the test speaks the protocol over loopback,
+ * with the content of the dump's own pages.
+ */
+#define PS_MAX_ANSWER (4ul << 20) /* the client asks for at most this */
+
+struct stub {
+	int lsk;
+	uint16_t port;
+	struct source *pages;	/* the local source of the same task */
+	uint64_t cut;		/* answer at most this many pages */
+	bool bad_vaddr;		/* answer the 3rd request with another vaddr */
+	unsigned int answers;
+	pthread_t th;
+};
+
+struct stub_iov {
+	uint32_t cmd, pad;
+	uint64_t nr_pages, vaddr, dst_id;
+};
+
+static bool stub_io(int sk, bool out, void *buf, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = out ? send(sk, (char *)buf + done, len - done,
+				       MSG_NOSIGNAL)
+				: recv(sk, (char *)buf + done, len - done, 0);
+
+		if (n <= 0)
+			return false;
+		done += (size_t)n;
+	}
+	return true;
+}
+
+static void *stub_main(void *arg)
+{
+	struct stub *st = arg;
+	char *buf = malloc(PS_MAX_ANSWER);
+	int sk = accept(st->lsk, NULL, NULL), one = 1;
+	struct stub_iov pi;
+
+	/* Header and pages go in two sends: no Nagle wait between them. */
+	setsockopt(sk, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	while (sk >= 0 && buf && stub_io(sk, false, &pi, sizeof(pi))) {
+		int32_t zero = 0;
+
+		if (pi.cmd == 0x1023) {
+			stub_io(sk, true, &zero, sizeof(zero));
+			break;
+		}
+		if (pi.nr_pages > st->cut)
+			pi.nr_pages = st->cut;
+		if (source_read(st->pages, pi.vaddr, buf,
+				pi.nr_pages * WL_PAGE) < 0)
+			break;
+		pi.cmd = 4u << 16 | 6;
+		if (st->bad_vaddr && ++st->answers == 3)
+			pi.vaddr += WL_PAGE;
+		if (!stub_io(sk, true, &pi, sizeof(pi)) ||
+		    !stub_io(sk, true, buf, pi.nr_pages * WL_PAGE))
+			break;
+	}
+	if (sk >= 0)
+		close(sk);
+	free(buf);
+	return NULL;
+}
+
+static void stub_start(struct stub *st)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+
+	st->lsk = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(st->lsk >= 0);
+	cr_assert_eq(bind(st->lsk, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(st->lsk, 1), 0);
+	cr_assert_eq(getsockname(st->lsk, (struct sockaddr *)&a, &len), 0);
+	st->port = ntohs(a.sin_port);
+	cr_assert_eq(pthread_create(&st->th, NULL, stub_main, st), 0);
+}
+
+static void stub_stop(struct stub *st)
+{
+	pthread_join(st->th, NULL);
+	close(st->lsk);
+}
+
+Test(criu, page_server_short_answers)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000 };
+	struct stub st = { .cut = 3 };
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 4, 41, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
+	stub_start(&st);
+	cr_assert_eq(criu_ps_connect("127.0.0.1", st.port, &o, &ps), 0);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	/* Every read asks for more than 3 pages: each answer is cut. */
+	check_task_source(s, &t);
+	concurrent_reads(s, &t);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	stub_stop(&st);
+	source_destroy(st.pages);
+	criu_dump_close(d);
+}
+
+Test(criu, page_server_mismatched_answer)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000 };
+	struct stub st = { .cut = 64, .bad_vaddr = true };
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 4, 43, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
+	stub_start(&st);
+	cr_assert_eq(criu_ps_connect("127.0.0.1", st.port, &o, &ps), 0);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
+	expect_content(s, &t, 0, 16 * WL_PAGE, 16 * WL_PAGE);
+	expect_eio(s, &t);
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), -EIO);
+	stub_stop(&st);
+	source_destroy(st.pages);
+	criu_dump_close(d);
+}

@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * harness.h - running CRIU and the workload for a test: a scratch folder,
+ * the workload started and its layout read, criu commands with deadlines
+ * (in a network namespace when asked), and the workload's result lines.
+ *
+ * CRIU is the binary named by $CRIU (tests/criu/run.sh sets it from
+ * scripts/criu.sh, or the suite is skipped); the workload is
+ * $FAULTD_CRIU_WORKLOAD. The test process is a child subreaper, so that a
+ * task `criu restore -d` leaves behind is its child and can be waited for.
+ */
+#ifndef FAULTD_TEST_CRIU_HARNESS_H
+#define FAULTD_TEST_CRIU_HARNESS_H
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "criu/workload.h"
+
+#define H_DEADLINE_MS 120000	/* any one criu command or workload run */
+
+struct h_task {
+	pid_t pid;
+	uint64_t r0, r0_len, r1, r1_len;
+	pid_t zombie;
+	uint64_t seed;
+};
+
+/* The scratch folder of the running test. */
+static char h_dir[64];
+
+static inline const char *h_path(const char *name)
+{
+	static char p[4][256];
+	static unsigned int i;
+	char *s = p[i++ % 4];
+
+	snprintf(s, sizeof(p[0]), "%s/%s", h_dir, name);
+	return s;
+}
+
+static inline int h_rm_one(const char *p, const struct stat *st, int flag,
+			   struct FTW *f)
+{
+	(void)st, (void)flag, (void)f;
+	return remove(p);
+}
+
+static inline void h_setup(void)
+{
+	snprintf(h_dir, sizeof(h_dir), "/tmp/faultd-criu-XXXXXX");
+	cr_assert(mkdtemp(h_dir), "mkdtemp");
+	cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	cr_assert(getenv("CRIU"), "CRIU not set (run through meson test)");
+	cr_assert(getenv("FAULTD_CRIU_WORKLOAD"), "FAULTD_CRIU_WORKLOAD not set");
+}
+
+/* FAULTD_CRIU_KEEP=1 keeps the scratch folder (its dumps and logs). */
+static inline void h_teardown(void)
+{
+	if (h_dir[0] && !getenv("FAULTD_CRIU_KEEP"))
+		nftw(h_dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static inline uint64_t h_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Wait for @pid (a child) for at most @ms: its status, or -ETIMEDOUT. */
+static inline int h_wait(pid_t pid, int ms)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0), st;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	cr_assert(fd >= 0, "pidfd_open %d", (int)pid);
+	if (poll(&p, 1, ms) != 1) {
+		close(fd);
+		return -ETIMEDOUT;
+	}
+	close(fd);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+/* Enter the network namespace named @ns (ip netns), or stay if NULL. */
+static inline void h_enter_ns(const char *ns)
+{
+	char p[128];
+	int fd;
+
+	if (!ns)
+		return;
+	snprintf(p, sizeof(p), "/run/netns/%s", ns);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET))
+		_exit(126);
+	close(fd);
+}
+
+/*
+ * Start argv (NULL-terminated) in @ns with its output in @log; @status_fd,
+ * when >= 0, stays open in the child under the same number.
+ */
+static inline pid_t h_spawn(const char *ns, const char *log, int keep_fd,
+			    char *const argv[])
+{
+	pid_t pid = fork();
+
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+			       0644);
+		int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+		h_enter_ns(ns);
+		if (out < 0 || in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 ||
+		    dup2(out, 2) < 0)
+			_exit(126);
+		if (keep_fd >= 0)
+			fcntl(keep_fd, F_SETFD, 0);
+		setsid();
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Run argv to its end; returns its exit code (or 128 + signal). */
+static inline int h_run(const char *ns, const char *log, char *const argv[])
+{
+	pid_t pid = h_spawn(ns, log, -1, argv);
+	int st = h_wait(pid, H_DEADLINE_MS);
+
+	if (st == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		cr_assert_fail("%s %s: no end within %d ms", argv[0], argv[1],
+			       H_DEADLINE_MS);
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* @argv: @first, then the words of @line split at spaces (in place). */
+static inline char **h_words(const char *first, char *line)
+{
+	static char *argv[64];
+	int n = 0;
+
+	if (first)
+		argv[n++] = (char *)first;
+	for (char *s = strtok(line, " "); s && n < 63; s = strtok(NULL, " "))
+		argv[n++] = s;
+	argv[n] = NULL;
+	return argv;
+}
+
+/* Run criu with the words of @fmt, in @ns; returns its exit code. */
+__attribute__((format(printf, 2, 3))) static inline int
+h_criu(const char *ns, const char *fmt, ...)
+{
+	static char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	return h_run(ns, h_path("criu.out"), h_words(getenv("CRIU"), line));
+}
+
+/*
+ * Start criu with the words of @fmt and "--status-fd N" in @ns, and wait
+ * until it says it is ready (it wrote its status byte). Returns its pid.
+ */
+__attribute__((format(printf, 2, 3))) static inline pid_t
+h_criu_bg(const char *ns, const char *fmt, ...)
+{
+	static char line[1024];
+	char c, **argv;
+	int p[2];
+	size_t n;
+	va_list ap;
+	pid_t pid;
+	struct pollfd pf;
+
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	n = strlen(line);
+	snprintf(line + n, sizeof(line) - n, " --status-fd %d", p[1]);
+	argv = h_words(getenv("CRIU"), line);
+	pid = h_spawn(ns, h_path("criu.out"), p[1], argv);
+	close(p[1]);
+	pf = (struct pollfd){ .fd = p[0], .events = POLLIN };
+	cr_assert_eq(poll(&pf, 1, H_DEADLINE_MS), 1, "criu %s: not ready",
+		     argv[1]);
+	cr_assert_eq(read(p[0], &c, 1), 1, "criu %s failed before ready "
+		     "(see %s)", argv[1], h_path("criu.out"));
+	close(p[0]);
+	return pid;
+}
+
+/* Run the words of @fmt (a command found in PATH); its exit code. */
+__attribute__((format(printf, 1, 2))) static inline int
+h_cmd(const char *fmt, ...)
+{
+	static char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	return h_run(NULL, h_path("cmd.out"), h_words(NULL, line));
+}
+
+/*
+ * Two network namespaces joined by a veth pair, A (a_ip) and B (b_ip),
+ * named after the test's pid; removed by h_net_down(). fs.pipe-max-size
+ * is raised to what CRIU's page server sizes its pipes to (819 pages,
+ * rounded up: root here lacks CAP_SYS_RESOURCE) and set back after.
+ */
+struct h_net {
+	char a[32], b[32], a_ip[32], b_ip[32];
+	long pipe_max;		/* what fs.pipe-max-size was; 0: untouched */
+};
+
+#define H_PIPE_MAX_PATH "/proc/sys/fs/pipe-max-size"
+#define H_PIPE_NEED (4l << 20)
+
+static inline long h_sysctl_get(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+
+	if (f && fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static inline int h_sysctl_set(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+	int ok = f && fprintf(f, "%ld\n", v) > 0;
+
+	if (f && fclose(f))
+		ok = 0;
+	return ok ? 0 : -1;
+}
+
+static inline void h_net_up(struct h_net *n)
+{
+	unsigned int id = (unsigned int)getpid();
+
+	memset(n, 0, sizeof(*n));
+	snprintf(n->a, sizeof(n->a), "fdcA%u", id);
+	snprintf(n->b, sizeof(n->b), "fdcB%u", id);
+	snprintf(n->a_ip, sizeof(n->a_ip), "10.%u.%u.1", 100 + id % 100,
+		 id / 100 % 250);
+	snprintf(n->b_ip, sizeof(n->b_ip), "10.%u.%u.2", 100 + id % 100,
+		 id / 100 % 250);
+	if (h_cmd("ip netns add %s", n->a))
+		cr_skip_test("cannot create a network namespace (ip netns "
+			     "add, see %s)", h_path("cmd.out"));
+	cr_assert_eq(h_cmd("ip netns add %s", n->b), 0);
+	cr_assert_eq(h_cmd("ip link add fdva%u type veth peer name fdvb%u",
+			   id, id), 0, "veth (see %s)", h_path("cmd.out"));
+	cr_assert_eq(h_cmd("ip link set fdva%u netns %s", id, n->a), 0);
+	cr_assert_eq(h_cmd("ip link set fdvb%u netns %s", id, n->b), 0);
+	cr_assert_eq(h_cmd("ip -n %s addr add %s/30 dev fdva%u", n->a,
+			   n->a_ip, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s addr add %s/30 dev fdvb%u", n->b,
+			   n->b_ip, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set fdva%u up", n->a, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set fdvb%u up", n->b, id), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set lo up", n->a), 0);
+	cr_assert_eq(h_cmd("ip -n %s link set lo up", n->b), 0);
+	n->pipe_max = h_sysctl_get(H_PIPE_MAX_PATH);
+	if (n->pipe_max > 0 && n->pipe_max < H_PIPE_NEED)
+		cr_assert_eq(h_sysctl_set(H_PIPE_MAX_PATH, H_PIPE_NEED), 0);
+	else
+		n->pipe_max = 0;
+}
+
+static inline void h_net_down(struct h_net *n)
+{
+	if (n->pipe_max > 0)
+		h_sysctl_set(H_PIPE_MAX_PATH, n->pipe_max);
+	if (n->a[0])
+		h_cmd("ip netns del %s", n->a);
+	if (n->b[0])
+		h_cmd("ip netns del %s", n->b);
+}
+
+/* Switch this process to namespace @ns (NULL: back to where it began). */
+static inline void h_join_ns(const char *ns)
+{
+	static int home = -1;
+	char p[128];
+	int fd;
+
+	if (home < 0)
+		home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	cr_assert(home >= 0);
+	if (!ns) {
+		cr_assert_eq(setns(home, CLONE_NEWNET), 0);
+		return;
+	}
+	snprintf(p, sizeof(p), "/run/netns/%s", ns);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	cr_assert(fd >= 0, "%s", p);
+	cr_assert_eq(setns(fd, CLONE_NEWNET), 0);
+	close(fd);
+}
+
+/* Parse the workload's layout lines. */
+static inline void h_parse_layout(struct h_task *t, char *buf)
+{
+	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+		unsigned long a, b;
+		int n, z;
+
+		if (sscanf(l, "region %d %lx %lx", &n, &a, &b) == 3) {
+			if (n == 0)
+				t->r0 = a, t->r0_len = b;
+			else
+				t->r1 = a, t->r1_len = b;
+		} else if (sscanf(l, "zombie %d", &z) == 1) {
+			t->zombie = z;
+		}
+	}
+}
+
+/*
+ * Start the workload (in @ns) with @mib MiB, @seed and @mode, and wait
+ * until it has written its memory and layout.
+ */
+static inline void h_workload(struct h_task *t, const char *ns, size_t mib,
+			      uint64_t seed, const char *mode)
+{
+	char size[32], sd[32], fd[16], buf[512];
+	char *argv[] = { getenv("FAULTD_CRIU_WORKLOAD"), "--size", size,
+			 "--seed", sd, "--ready", fd, "--result",
+			 (char *)h_path("result"), "--mode", (char *)mode,
+			 NULL };
+	size_t got = 0;
+	int p[2];
+
+	memset(t, 0, sizeof(*t));
+	t->seed = seed;
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	snprintf(size, sizeof(size), "%zu", mib);
+	snprintf(sd, sizeof(sd), "%llu", (unsigned long long)seed);
+	snprintf(fd, sizeof(fd), "%d", p[1]);
+	t->pid = h_spawn(ns, h_path("workload.log"), p[1], argv);
+	close(p[1]);
+	for (;;) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		ssize_t n;
+
+		cr_assert_eq(poll(&pf, 1, H_DEADLINE_MS), 1,
+			     "the workload did not get ready");
+		n = read(p[0], buf + got, sizeof(buf) - 1 - got);
+		cr_assert(n >= 0);
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	close(p[0]);
+	buf[got] = '\0';
+	cr_assert(strstr(buf, "ready\n"), "workload: %s (see %s)", buf,
+		  h_path("workload.log"));
+	h_parse_layout(t, buf);
+}
+
+/* criu dump of @t into folder @name (created), in @ns. */
+static inline void h_dump(struct h_task *t, const char *ns, const char *name)
+{
+	const char *d = h_path(name);
+	int st;
+
+	cr_assert_eq(mkdir(d, 0755), 0);
+	cr_assert_eq(h_criu(ns, "dump -t %d -D %s -o dump.log", (int)t->pid,
+			    d), 0, "criu dump failed (see %s/dump.log)", d);
+	st = h_wait(t->pid, H_DEADLINE_MS);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+		  "the dumped workload did not die of SIGKILL (%#x)", st);
+	/* Its zombie came to us, the subreaper: its pid must be free. */
+	if (t->zombie > 0)
+		cr_assert_eq(waitpid(t->zombie, NULL, 0), t->zombie);
+}
+
+/*
+ * After the restore: tell the workload to go, wait for it, and check its
+ * exit code and result lines. Returns the parent's result line in @line.
+ */
+static inline void h_go_and_check(struct h_task *t, char *line, size_t len)
+{
+	char buf[4096];
+	int st, fd;
+	ssize_t n;
+
+	cr_assert_eq(kill(t->pid, SIGUSR1), 0);
+	st = h_wait(t->pid, H_DEADLINE_MS);
+	cr_assert(st != -ETIMEDOUT, "the restored workload did not finish");
+	fd = open(h_path("result"), O_RDONLY | O_CLOEXEC);
+	cr_assert(fd >= 0, "no result file");
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	cr_assert(n > 0);
+	buf[n] = '\0';
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the workload found wrong bytes (status %#x): %s", st, buf);
+	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+		cr_assert(strstr(l, " ok=1 "), "%s", l);
+		if (strstr(l, "role=parent"))
+			snprintf(line, len, "%s", l);
+	}
+}
+
+/* A field "name=value" of a result line. */
+static inline uint64_t h_field(const char *line, const char *name)
+{
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof(key), " %s=", name);
+	p = strstr(line, key);
+	cr_assert(p, "no %s in %s", name, line);
+	return strtoull(p + strlen(key), NULL, 0);
+}
+
+#endif
