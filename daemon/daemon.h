@@ -29,6 +29,9 @@ struct daemon_opts {
 	const char *socket;
 	int verbose;		/* 0: warnings, 1: info, 2: debug */
 	unsigned int max_sessions;
+	bool no_keeper;		/* --no-keeper: a restart loses sessions */
+	bool fd_store;		/* --fd-store: systemd keeps them */
+	unsigned int keeper_grace_s;
 };
 
 extern struct daemon_opts dopts;
@@ -41,10 +44,18 @@ uint64_t now_ms(void);
 int fdp_register(int sock, const struct proto_register *m, int *fds,
 		 const struct ucred *peer);
 void fdp_status(int sock, uid_t uid);
+extern const struct fe_kind fdp_kind;
 
 /* src_image.c - a faultd image as a source */
 int src_image_open(int fd, struct source **sp);
 struct image *src_image_of(struct source *s);
+
+/* restart.c - the keeper at the daemon's start and end */
+int restart_begin(const struct keep_opts *o);
+void restart_keep_listen(int ls);
+int restart_fd(void);
+void restart_keeper_lost(void);
+bool restart_end(void);
 
 /* check.c - the checks of a registration */
 int check_uffd(int fd);

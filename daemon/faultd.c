@@ -32,11 +32,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "daemon.h"
 
 #define HANDSHAKE_TIMEOUT_S 5
 
-struct daemon_opts dopts = { .max_sessions = 1024 };
+struct daemon_opts dopts = { .max_sessions = 1024, .keeper_grace_s = 30 };
 uint64_t daemon_started_ms;
 static atomic_uint nr_sessions;
 
@@ -166,30 +168,49 @@ static void *conn_main(void *arg)
 
 /*
  * The socket systemd passed (LISTEN_PID and LISTEN_FDS, as sd_listen_fds(3)
- * reads them): 3 when one listening SOCK_SEQPACKET socket was passed to
- * this process, 0 when none was, -EINVAL when what was passed is not that
- * (more than one, or the wrong kind: the unit file is wrong). The
- * variables are removed so that nothing the daemon starts inherits them.
+ * reads them): its descriptor when one listening SOCK_SEQPACKET socket was
+ * passed to this process, 0 when none was, -EINVAL when what was passed is
+ * not that (more than one, or the wrong kind: the unit file is wrong).
+ * Descriptors of the fd store (named NAME.N, keep.c) are not sockets to
+ * listen on and are left to keep_fetch(). The variables are removed once
+ * all is read, so that nothing the daemon starts inherits them.
  */
 static int activated_socket(void)
 {
-	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
-	int type = 0, listening = 0, ret = 3;
-	socklen_t len = sizeof(int);
+	int n = sd_listen_fds(0), found = 0;
 
-	if (!pid || !fds || atoi(pid) != getpid())
-		return 0;
-	if (atoi(fds) != 1 ||
-	    getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
-	    getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
-	    type != SOCK_SEQPACKET || !listening)
-		ret = -EINVAL;
-	else
-		fcntl(3, F_SETFD, FD_CLOEXEC);
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	return ret;
+	for (int fd = SD_LISTEN_FDS_START; n > 0 && fd < SD_LISTEN_FDS_START + n;
+	     fd++) {
+		if (sd_is_socket(fd, AF_UNIX, SOCK_SEQPACKET, 1) <= 0)
+			continue;
+		if (found)
+			return -EINVAL;
+		found = fd;
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	return n < 0 || (n > 0 && !found && !dopts.fd_store) ? -EINVAL : found;
+}
+
+/* The path a passed socket is bound to (the keeper's is next to it). */
+static const char *socket_path(int ls, char *buf, size_t len)
+{
+	struct sockaddr_un a;
+	socklen_t alen = sizeof(a);
+
+	if (getsockname(ls, (struct sockaddr *)&a, &alen) < 0 ||
+	    alen <= offsetof(struct sockaddr_un, sun_path) || !a.sun_path[0] ||
+	    strlen(a.sun_path) >= len)
+		return NULL;
+	strcpy(buf, a.sun_path);
+	return buf;
+}
+
+/* Descriptors 0-2 are always open, so that no source ever gets one. */
+static void std_fds(void)
+{
+	for (int fd = open("/dev/null", O_RDWR | O_CLOEXEC); fd >= 0 && fd < 3;
+	     fd = open("/dev/null", O_RDWR | O_CLOEXEC))
+		fcntl(fd, F_SETFD, 0);
 }
 
 static int listen_on(const char *path)
@@ -242,7 +263,29 @@ static void accept_one(int ls)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: faultd [--socket PATH] [--max-sessions N] [-v]...\n");
+	fprintf(f, "usage: faultd [--socket PATH] [--max-sessions N] "
+		   "[--keeper-grace SECONDS] [--no-keeper] [--fd-store] "
+		   "[-v]...\n"
+		   "       faultd keeper --socket PATH --grace SECONDS\n");
+}
+
+/* `faultd keeper`: started by faultd itself (keep.c). */
+static int keeper_cmd(int argc, char **argv)
+{
+	const char *sock = NULL;
+	unsigned int grace = 0;
+
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--socket"))
+			sock = argv[i + 1];
+		else if (!strcmp(argv[i], "--grace"))
+			grace = (unsigned int)strtoul(argv[i + 1], NULL, 10);
+	}
+	if (!sock) {
+		usage(stderr);
+		return 2;
+	}
+	return keeper_main(sock, grace);
 }
 
 static int parse(int argc, char **argv)
@@ -251,6 +294,9 @@ static int parse(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "max-sessions", required_argument, NULL, 'm' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "keeper-grace", required_argument, NULL, 'g' },
+		{ "no-keeper", no_argument, NULL, 'K' },
+		{ "fd-store", no_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -261,11 +307,49 @@ static int parse(int argc, char **argv)
 		case 's': dopts.socket = optarg; break;
 		case 'm': dopts.max_sessions = (unsigned int)atoi(optarg); break;
 		case 'v': dopts.verbose++; break;
+		case 'g':
+			dopts.keeper_grace_s = (unsigned int)strtoul(optarg,
+								     NULL, 10);
+			break;
+		case 'K': dopts.no_keeper = true; break;
+		case 'F': dopts.fd_store = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
 	}
 	return optind == argc ? 0 : -1;
+}
+
+/* Serve until SIGTERM or SIGINT. */
+static void serve_loop(int ls, int sfd)
+{
+	for (;;) {
+		struct pollfd p[3] = { { .fd = ls, .events = POLLIN },
+				       { .fd = sfd, .events = POLLIN },
+				       { .fd = restart_fd(), .events = 0 } };
+
+		if (poll(p, 3, -1) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents)
+			break;
+		if (p[2].revents)
+			restart_keeper_lost();
+		if (p[0].revents)
+			accept_one(ls);
+	}
+}
+
+/* Attach to the keeper (or store): sessions adopted, socket perhaps. */
+static int keep_begin(void)
+{
+	struct keep_opts ko = { .socket = dopts.socket,
+				.grace_s = dopts.keeper_grace_s,
+				.fd_store = dopts.fd_store };
+
+	if (dopts.no_keeper)
+		return -1;
+	fe_kind_register(&fdp_kind);
+	return restart_begin(&ko);
 }
 
 int main(int argc, char **argv)
@@ -275,8 +359,11 @@ int main(int argc, char **argv)
 	int ls, sfd;
 	bool own;
 
+	if (argc > 1 && !strcmp(argv[1], "keeper"))
+		return keeper_cmd(argc - 1, argv + 1);
 	if (parse(argc, argv) < 0)
 		return 2;
+	std_fds();
 	daemon_started_ms = now_ms();
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&stop);
@@ -291,30 +378,38 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	own = ls == 0;
-	if (own) {
-		if (!dopts.socket)
-			dopts.socket = proto_default_socket(def, sizeof(def));
-		ls = dopts.socket ? listen_on(dopts.socket) : -ENAMETOOLONG;
+	if (!own && !dopts.socket)
+		dopts.socket = socket_path(ls, def, sizeof(def));
+	if (!dopts.socket)
+		dopts.socket = proto_default_socket(def, sizeof(def));
+	if (!dopts.socket) {
+		fprintf(stderr, "faultd: no socket path: %s\n",
+			strerror(ENAMETOOLONG));
+		return 1;
 	}
+	if (own) {
+		int kept = keep_begin();
+
+		if (kept < -1)
+			return 1;
+		ls = kept >= 0 ? kept : listen_on(dopts.socket);
+		if (ls >= 0 && kept < 0)
+			restart_keep_listen(ls);
+	} else if (keep_begin() < -1) {
+		return 1;
+	}
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
 	if (ls < 0) {
 		fprintf(stderr, "faultd: %s: %s\n", dopts.socket, strerror(-ls));
 		return 1;
 	}
 	dlog(1, "listening on %s", own ? dopts.socket : "an activated socket");
-	for (;;) {
-		struct pollfd p[2] = { { .fd = ls, .events = POLLIN },
-				       { .fd = sfd, .events = POLLIN } };
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			break;
-		if (p[1].revents)
-			break;
-		if (p[0].revents)
-			accept_one(ls);
-	}
+	serve_loop(ls, sfd);
 	dlog(1, "stopping: %u sessions", atomic_load(&nr_sessions));
 	sessions_stop_all();
-	if (own)
+	if (restart_end() && own)
 		unlink(dopts.socket);
 	close(ls);
 	return 0;

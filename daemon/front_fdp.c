@@ -45,7 +45,7 @@ static void fdp_progress(struct session *s, struct proto_progress *p,
 /* PREFETCH: the client wants [start, ..) next; the push goes there. */
 static void fdp_prefetch(struct session *s, struct fdp *f, uint64_t start)
 {
-	atomic_store(&s->push_space, f->sp);
+	atomic_store(&s->push_space, f->sp ? f->sp : s->spaces);
 	atomic_store(&s->push_from, start);
 	atomic_fetch_add(&s->push_hint_seq, 1);
 	pthread_cond_broadcast(&s->push_cond);
@@ -107,6 +107,74 @@ static const struct session_fe_ops fdp_ops = {
 	.peer_input = fdp_peer_input,
 	.tick = fdp_tick,
 	.space_gone = fdp_space_gone,
+};
+
+/* What a restarted daemon needs of the front end: LAZY, DONE sent. */
+struct fdp_blob {
+	uint32_t sent_done;
+	uint32_t reserved;
+};
+
+static size_t fdp_save(struct session *s, void *blob, size_t max)
+{
+	struct fdp *f = s->fe_data;
+	struct fdp_blob b = { .sent_done = f->sent_done };
+
+	if (max < sizeof(b))
+		return 0;
+	memcpy(blob, &b, sizeof(b));
+	return sizeof(b);
+}
+
+static void fdp_name(struct session *s)
+{
+	snprintf(s->name_buf, sizeof(s->name_buf), "session %llu",
+		 (unsigned long long)s->id);
+	s->o.name = s->name_buf;
+}
+
+/* A session a daemon before this one served: its client and image. */
+static int fdp_adopt(struct session *s, const void *blob, size_t len,
+		     int peer, int *srcfds, size_t nr_srcs)
+{
+	struct fdp *f = calloc(1, sizeof(*f));
+	struct fdp_blob b = { 0 };
+	struct source *src = NULL;
+	int ret = f ? 0 : -ENOMEM;
+
+	memcpy(&b, blob, len < sizeof(b) ? len : sizeof(b));
+	if (!ret && (nr_srcs != 1 || srcfds[0] < 0 || peer < 0))
+		ret = -EBADMSG;
+	if (!ret)
+		ret = src_image_open(srcfds[0], &src);
+	if (!ret && (ret = session_own_source(s, src)))
+		source_destroy(src);
+	for (size_t i = 0; i < nr_srcs; i++)
+		if (srcfds[i] >= 0)
+			close(srcfds[i]); /* the image keeps its own */
+	if (ret) {
+		if (peer >= 0)
+			close(peer);
+		free(f);
+		return ret;
+	}
+	f->sock = peer;
+	f->sent_done = b.sent_done;
+	s->fe = &fdp_ops;
+	s->fe_data = f;
+	s->fe_free = free;
+	s->peer_fd = peer;
+	s->close_peer = true;
+	fdp_name(s);
+	return 0;
+}
+
+const struct fe_kind fdp_kind = {
+	.id = FE_FDP,
+	.name = "faultd protocol",
+	.takeover = true,
+	.save = fdp_save,
+	.adopt = fdp_adopt,
 };
 
 /* The REGISTER's ranges as the engine's. */
@@ -209,9 +277,8 @@ int fdp_register(int sock, const struct proto_register *m, int *fds,
 		return ret;
 	close(fds[1]); /* the image keeps its own duplicate */
 	fds[0] = fds[1] = -1;
-	snprintf(s->name_buf, sizeof(s->name_buf), "session %llu",
-		 (unsigned long long)s->id);
-	s->o.name = s->name_buf;
+	fdp_name(s);
+	s->kind = &fdp_kind;
 	s->peer_fd = sock;
 	proto_init(&ack.h, MSG_ACK, sizeof(ack));
 	ack.session = s->id;
@@ -252,6 +319,7 @@ void fdp_status(int sock, uid_t uid)
 	proto_init(&st->h, MSG_STATUS, sizeof(*st) + n * sizeof(st->s[0]));
 	st->nr_sessions = (uint32_t)n;
 	st->uptime_ms = now_ms() - daemon_started_ms;
+	st->keeper_pid = uid == 0 || uid == geteuid() ? keep_pid(daemon_keep) : 0;
 	proto_send(sock, st, NULL, 0);
 out:
 	free(v);

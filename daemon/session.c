@@ -39,6 +39,9 @@
 
 static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct session *sessions;
+static atomic_bool stopping;	/* the daemon stops */
+/* Sessions that ended because the daemon stops, left for the next one. */
+static atomic_uint kept_for_next;
 static atomic_uint_fast64_t next_id = 1;
 
 /* epoll tags of the control loop: a space's pidfd has the space itself. */
@@ -79,6 +82,7 @@ int session_create(const struct session_opts *o,
 	s->fe = fe;
 	s->fe_data = fe_data;
 	s->peer_fd = -1;
+	s->record_fd = -1;
 	s->id = atomic_fetch_add(&next_id, 1);
 	s->started_ns = now_ns();
 	s->nr_handlers = o->handlers ? o->handlers : default_handlers();
@@ -108,6 +112,34 @@ int session_create(const struct session_opts *o,
 err:
 	session_free(s);
 	return ret;
+}
+
+/*
+ * session_set_identity() - an adopted session keeps the id, the peer and
+ * the start time it had; new sessions get ids after it.
+ */
+void session_set_identity(struct session *s, uint64_t id, uid_t uid,
+			  pid_t pid, uint64_t started_ns)
+{
+	uint64_t next = atomic_load(&next_id);
+
+	s->id = id;
+	s->uid = uid;
+	s->pid = pid;
+	s->started_ns = started_ns;
+	while (next <= id &&
+	       !atomic_compare_exchange_weak(&next_id, &next, id + 1))
+		;
+}
+
+/* The index of @src among the session's sources (0 if it is not one). */
+uint32_t session_source_index(const struct session *s,
+			      const struct source *src)
+{
+	for (size_t i = 0; i < s->nr_srcs; i++)
+		if (s->srcs[i] == src)
+			return (uint32_t)i;
+	return 0;
 }
 
 /* The session frees @src with itself. Returns 0 or -ENOMEM (not taken). */
@@ -150,6 +182,8 @@ int session_adopt_space(struct session *s, struct space *sp)
 	if (!ret) {
 		pthread_cond_broadcast(&s->push_cond);
 		session_wake(s);
+		if (atomic_load(&s->running)) /* a fork: keep the child too */
+			session_persist(s);
 	}
 	return ret;
 }
@@ -405,6 +439,10 @@ int session_run(struct session *s)
 	sessions = s;
 	pthread_mutex_unlock(&sessions_lock);
 	atomic_store(&s->running, true);
+	/* Kept before anything is served: a daemon killed from the first
+	 * fault on leaves the session to the next. */
+	if (!ret)
+		session_persist(s);
 	if (!ret)
 		ret = workers_start(s);
 	if (!ret)
@@ -414,6 +452,12 @@ int session_run(struct session *s)
 	atomic_store(&s->stop, true);
 	workers_stop(s);
 	push_stop(s);
+	/* A daemon that stops leaves what nobody else can serve for the
+	 * next one; everything else ended for good. */
+	if (!daemon_stopping() || !s->kind || s->kind->takeover)
+		session_unpersist(s);
+	else
+		atomic_fetch_add(&kept_for_next, 1);
 	pthread_mutex_lock(&sessions_lock);
 	for (struct session **p = &sessions; *p; p = &(*p)->next)
 		if (*p == s) {
@@ -450,6 +494,12 @@ void session_free(struct session *s)
 		source_destroy(s->srcs[i]);
 	free(s->srcs);
 	free(s->workers);
+	if (s->record_fd >= 0)
+		close(s->record_fd);
+	if (s->close_peer && s->peer_fd >= 0)
+		close(s->peer_fd);
+	if (s->fe_free)
+		s->fe_free(s->fe_data);
 	if (s->epfd >= 0)
 		close(s->epfd);
 	if (s->ctl_epfd >= 0)
@@ -464,9 +514,16 @@ void session_free(struct session *s)
 	free(s);
 }
 
+
+bool daemon_stopping(void)
+{
+	return atomic_load(&stopping);
+}
+
 /* Ask every session to end (the daemon is stopping). */
 void sessions_stop_all(void)
 {
+	atomic_store(&stopping, true);
 	pthread_mutex_lock(&sessions_lock);
 	for (struct session *s = sessions; s; s = s->next)
 		session_stop(s);
@@ -534,4 +591,30 @@ size_t sessions_list(struct session_view *out, size_t max, bool all,
 			session_view(s, &out[n++]);
 	pthread_mutex_unlock(&sessions_lock);
 	return n;
+}
+
+/* Put every running session again (a new keeper has none of them). */
+void sessions_persist_all(void)
+{
+	pthread_mutex_lock(&sessions_lock);
+	for (struct session *s = sessions; s; s = s->next)
+		session_persist(s);
+	pthread_mutex_unlock(&sessions_lock);
+}
+
+/* The sessions running now. */
+size_t sessions_count(void)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&sessions_lock);
+	for (struct session *s = sessions; s; s = s->next)
+		n++;
+	pthread_mutex_unlock(&sessions_lock);
+	return n;
+}
+
+bool sessions_left_kept(void)
+{
+	return atomic_load(&kept_for_next) != 0;
 }

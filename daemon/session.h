@@ -41,6 +41,7 @@
 #include <sys/types.h>
 
 #include "internal.h"
+#include "persist.h"
 #include "source.h"
 
 #define PUSHERS 2		/* push threads per session */
@@ -92,6 +93,12 @@ struct space {
 	size_t nseg;
 	_Atomic uint64_t *done;	/* tracked page: in, removed or gone */
 	_Atomic uint64_t *zero;	/* tracked page: reads zeros from now on */
+	/* Both bitmaps live in a memfd a restarted daemon finds (persist.c),
+	 * with the journal of the range table. */
+	int state_fd;
+	struct kspace *state;
+	size_t state_len;
+	uint32_t src_index;	/* which of the session's sources */
 	uint64_t nr_pages;	/* tracked pages */
 	atomic_uint_fast64_t pending; /* tracked pages not done */
 	atomic_bool dead;	/* its process is gone */
@@ -129,6 +136,10 @@ struct session {
 	char name_buf[48];	/* o.name, when the front end names it so */
 	const struct session_fe_ops *fe;
 	void *fe_data;
+	void (*fe_free)(void *fe_data); /* with the session; may be NULL */
+	bool close_peer;	/* peer_fd is the session's to close */
+	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
+	int record_fd;		/* its record (persist.c); -1: none yet */
 	int peer_fd;		/* polled for the front end; -1: none */
 	uid_t uid;		/* the peer's, for faultctl */
 	pid_t pid;		/* the peer's */
@@ -183,12 +194,17 @@ int session_create(const struct session_opts *o,
 		   const struct session_fe_ops *fe, void *fe_data,
 		   struct session **sp);
 int session_own_source(struct session *s, struct source *src);
+uint32_t session_source_index(const struct session *s,
+			      const struct source *src);
 int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
 		      struct source *src, const struct srange *r, size_t nr,
 		      const struct sseg *seg, size_t nseg, const char **why,
 		      struct space **spp);
 int session_adopt_space(struct session *s, struct space *sp);
 int session_run(struct session *s);
+void session_set_identity(struct session *s, uint64_t id, uid_t uid,
+			  pid_t pid, uint64_t started_ns);
+bool daemon_stopping(void);
 void session_stop(struct session *s);
 void session_wake(struct session *s);
 void session_free(struct session *s);
@@ -196,6 +212,9 @@ bool session_all_in(const struct session *s);
 void session_note_all_in(struct session *s);
 void session_note_fault(struct session *s, struct space *sp, uint64_t page);
 void sessions_stop_all(void);
+void sessions_persist_all(void);
+size_t sessions_count(void);
+bool sessions_left_kept(void);
 
 /* What faultctl and the front ends report of a session. */
 struct session_view {
@@ -230,6 +249,9 @@ int space_create(struct session *s, int uffd, pid_t pid, uint64_t id,
 		 const struct sseg *seg, size_t nseg, const char **why,
 		 struct space **spp);
 int space_fork_locked(struct space *sp, int ufd, struct space **childp);
+struct space *space_alloc(struct session *s, struct source *src,
+			  size_t page_size);
+void space_restored(struct space *sp);
 void space_free(struct space *sp);
 void space_mark_gone(struct space *sp);
 bool space_next_pending(struct space *sp, uint64_t from,

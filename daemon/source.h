@@ -25,6 +25,7 @@
 #ifndef FAULTD_SOURCE_H
 #define FAULTD_SOURCE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,12 +77,22 @@ struct source {
 	 * a CRIU dump's pagemaps, a memory file's device/inode/size/mtime).
 	 */
 	uint8_t id[32];
+	/*
+	 * A descriptor the source was opened from, which a restarted daemon
+	 * can open it from again (kept with the session, keep.h); the source
+	 * owns it. 0: none (the daemon's descriptors 0-2 are never a
+	 * source's: faultd opens /dev/null there when they are closed).
+	 */
+	int keep_fd;
+	/* Not what it was when the session began (a restart found it
+	 * changed): every read fails, so its pages are poisoned. */
+	bool stale;
 };
 
 static inline ssize_t source_read(struct source *s, uint64_t off, void *buf,
 				  size_t len)
 {
-	return s->ops->read(s, off, buf, len);
+	return s->stale ? -ESTALE : s->ops->read(s, off, buf, len);
 }
 
 static inline int source_extent(struct source *s, uint64_t off,

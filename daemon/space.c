@@ -243,6 +243,17 @@ static void event_failed(struct space *sp, const char *what, int err)
 	session_stop(sp->s);
 }
 
+/* The range table changed: journal it for a restart (persist.c). */
+static void ranges_changed_locked(struct space *sp)
+{
+	int ret = state_journal(sp);
+
+	if (ret)
+		dlog(0, "%s: space %llu: cannot journal its ranges: %s: a "
+			"restart would serve the old ones", sp->s->o.name,
+		     (unsigned long long)sp->id, strerror(-ret));
+}
+
 /* [start, end) of the client is gone (UNMAP, or the target of a move). */
 static int pages_unmapped_locked(struct space *sp, uint64_t start,
 				 uint64_t end)
@@ -268,6 +279,7 @@ static void ev_unmap(struct space *sp, uint64_t start, uint64_t end)
 	pthread_rwlock_wrlock(&sp->lock);
 	ret = pages_unmapped_locked(sp, start, end);
 	sp->gen++;
+	ranges_changed_locked(sp);
 	pthread_rwlock_unlock(&sp->lock);
 	if (ret < 0)
 		event_failed(sp, "UNMAP", ret);
@@ -328,6 +340,7 @@ static void ev_remap(struct space *sp, uint64_t from, uint64_t to,
 		range_insert_locked(sp, moved, (size_t)n);
 	}
 	sp->gen++;
+	ranges_changed_locked(sp);
 	pthread_rwlock_unlock(&sp->lock);
 	free(moved);
 	if (n < 0 || ret < 0)
@@ -954,17 +967,8 @@ static int segs_make(struct space *sp, const struct sseg *seg, size_t nseg,
 	return 0;
 }
 
-static int bitmaps_alloc(struct space *sp)
-{
-	size_t words = (sp->nr_pages + 63) / 64 + 1;
-
-	sp->done = calloc(words, sizeof(uint64_t));
-	sp->zero = calloc(words, sizeof(uint64_t));
-	return sp->done && sp->zero ? 0 : -ENOMEM;
-}
-
-static struct space *space_alloc(struct session *s, struct source *src,
-				 size_t page_size)
+struct space *space_alloc(struct session *s, struct source *src,
+			  size_t page_size)
 {
 	struct space *sp = calloc(1, sizeof(*sp));
 
@@ -974,6 +978,7 @@ static struct space *space_alloc(struct session *s, struct source *src,
 	sp->src = src;
 	sp->uffd = -1;
 	sp->pidfd = -1;
+	sp->state_fd = -1;
 	sp->page_size = page_size;
 	sp->huge = page_size > 4096;
 	sp->around = s->o.around > page_size ? s->o.around : page_size;
@@ -1003,6 +1008,7 @@ int space_create(struct session *s, int uffd, pid_t pid, uint64_t id,
 		return -ENOMEM;
 	sp->id = id;
 	sp->pid = pid;
+	sp->src_index = session_source_index(s, src);
 	sp->cap = nr ? nr : 1;
 	sp->r = malloc(sp->cap * sizeof(*sp->r));
 	if (!sp->r)
@@ -1012,14 +1018,14 @@ int space_create(struct session *s, int uffd, pid_t pid, uint64_t id,
 	ret = ranges_check(sp, why);
 	if (!ret)
 		ret = segs_make(sp, seg, nseg, why);
-	if (!ret)
-		ret = bitmaps_alloc(sp);
+	if (!ret) {
+		ret = state_create(sp);
+		*why = "cannot make the session's state";
+	}
 	if (ret)
 		goto err;
-	atomic_store(&sp->pending, sp->nr_pages);
 	sp->uffd = uffd;
-	uport_init(&sp->port, uffd, &space_port_ops, sp, sp->page_size,
-		   s->nr_handlers);
+	space_restored(sp);
 	*spp = sp;
 	return 0;
 err:
@@ -1028,7 +1034,7 @@ err:
 	return ret;
 }
 
-/* Pages of the copied bitmap not done: the child's pending count. */
+/* Pages of the bitmap not done: the pending count. */
 static uint64_t count_pending(const struct space *sp)
 {
 	uint64_t done = 0;
@@ -1037,6 +1043,17 @@ static uint64_t count_pending(const struct space *sp)
 		done += (uint64_t)__builtin_popcountll(
 			atomic_load(&sp->done[w]));
 	return sp->nr_pages - done;
+}
+
+/*
+ * space_restored() - @sp has its ranges, segments, bitmaps and uffd (new,
+ * forked or adopted): count what is pending and make its port.
+ */
+void space_restored(struct space *sp)
+{
+	atomic_store(&sp->pending, count_pending(sp));
+	uport_init(&sp->port, sp->uffd, &space_port_ops, sp, sp->page_size,
+		   sp->s->nr_handlers);
 }
 
 /*
@@ -1055,26 +1072,27 @@ int space_fork_locked(struct space *sp, int ufd, struct space **childp)
 	if (!c)
 		return -ENOMEM;
 	c->id = sp->id;
+	c->src_index = sp->src_index;
 	c->around = sp->around;
 	c->nr = c->cap = sp->nr;
 	c->nseg = sp->nseg;
 	c->nr_pages = sp->nr_pages;
 	c->r = malloc((c->cap ? c->cap : 1) * sizeof(*c->r));
 	c->seg = malloc((c->nseg ? c->nseg : 1) * sizeof(*c->seg));
-	if (!c->r || !c->seg || bitmaps_alloc(c) < 0) {
+	if (c->r && c->seg) {
+		memcpy(c->r, sp->r, c->nr * sizeof(*c->r));
+		memcpy(c->seg, sp->seg, c->nseg * sizeof(*c->seg));
+	}
+	if (!c->r || !c->seg || state_create(c) < 0) {
 		space_free(c);
 		return -ENOMEM;
 	}
-	memcpy(c->r, sp->r, c->nr * sizeof(*c->r));
-	memcpy(c->seg, sp->seg, c->nseg * sizeof(*c->seg));
 	for (size_t w = 0; w < words; w++) {
 		atomic_store(&c->done[w], atomic_load(&sp->done[w]));
 		atomic_store(&c->zero[w], atomic_load(&sp->zero[w]));
 	}
-	atomic_store(&c->pending, count_pending(c));
 	c->uffd = ufd;
-	uport_init(&c->port, ufd, &space_port_ops, c, c->page_size,
-		   sp->s->nr_handlers);
+	space_restored(c);
 	*childp = c;
 	return 0;
 }
@@ -1090,10 +1108,9 @@ void space_free(struct space *sp)
 	}
 	if (sp->pidfd >= 0)
 		close(sp->pidfd);
+	state_free(sp);
 	pthread_rwlock_destroy(&sp->lock);
 	free(sp->r);
 	free(sp->seg);
-	free((void *)sp->done);
-	free((void *)sp->zero);
 	free(sp);
 }

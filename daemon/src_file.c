@@ -205,24 +205,28 @@ static int size_check(const struct stat *st, uint64_t *size, size_t ps,
 	return 0;
 }
 
-int src_file_open(const char *path, uint64_t size, size_t page_size,
-		  struct source **out, char *why, size_t why_len)
+/*
+ * src_file_open_fd() - as src_file_open(), of the file open on @fd, which
+ * the source takes over (closed on failure too).
+ */
+int src_file_open_fd(int fd, uint64_t size, size_t page_size,
+		     struct source **out, char *why, size_t why_len)
 {
 	struct src_file *f;
 	struct stat st;
 	int ret;
 
-	if (page_size != 4096 && page_size != (2ul << 20))
+	if (page_size != 4096 && page_size != (2ul << 20)) {
+		close(fd);
 		return refuse(why, why_len, -EINVAL, "page size %zu: only "
 			      "4096 and 2097152 (2 MiB)", page_size);
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return refuse(why, why_len, -ENOMEM, "out of memory");
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (f->fd < 0) {
-		ret = refuse(why, why_len, -errno, "%s", strerror(errno));
-		goto free_f;
 	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		close(fd);
+		return refuse(why, why_len, -ENOMEM, "out of memory");
+	}
+	f->fd = fd;
 	ret = fstat(f->fd, &st) ? refuse(why, why_len, -errno, "%s",
 					 strerror(errno))
 				: size_check(&st, &size, page_size, why,
@@ -230,7 +234,7 @@ int src_file_open(const char *path, uint64_t size, size_t page_size,
 	if (ret)
 		goto close_fd;
 	f->s = (struct source){ .ops = &file_ops, .size = size,
-				.page_size = page_size };
+				.page_size = page_size, .keep_fd = f->fd };
 	file_id(f, &st);
 	ret = ext_scan(f, why, why_len);
 	if (ret)
@@ -240,8 +244,17 @@ int src_file_open(const char *path, uint64_t size, size_t page_size,
 
 close_fd:
 	close(f->fd);
-free_f:
 	free(f->ext);
 	free(f);
 	return ret;
+}
+
+int src_file_open(const char *path, uint64_t size, size_t page_size,
+		  struct source **out, char *why, size_t why_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return refuse(why, why_len, -errno, "%s", strerror(errno));
+	return src_file_open_fd(fd, size, page_size, out, why, why_len);
 }

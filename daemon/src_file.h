@@ -35,5 +35,7 @@
  */
 int src_file_open(const char *path, uint64_t size, size_t page_size,
 		  struct source **out, char *why, size_t why_len);
+int src_file_open_fd(int fd, uint64_t size, size_t page_size,
+		     struct source **out, char *why, size_t why_len);
 
 #endif /* FAULTD_SRC_FILE_H */

@@ -78,6 +78,7 @@ int src_image_open(int fd, struct source **sp)
 	si->src.ops = &src_image_ops;
 	si->src.size = (si->img->h.region_len + 4095) & ~4095ull;
 	si->src.page_size = 4096;
+	si->src.keep_fd = si->img->fd;
 	memcpy(si->src.id, si->img->h.id, sizeof(si->img->h.id));
 	memcpy(si->src.id + 16, &si->img->h.region_len, 8);
 	*sp = &si->src;

@@ -128,7 +128,7 @@ struct proto_status {
 	struct proto_hdr h;
 	uint64_t uptime_ms;
 	uint32_t nr_sessions;
-	uint32_t reserved;
+	int32_t keeper_pid;	/* the daemon's keeper (faultd(8)); 0: none */
 	struct proto_session s[];
 };
 

@@ -30,6 +30,7 @@
 static char dir[] = "/var/tmp/faultd-daemon-XXXXXX";
 static char sock[256];
 static pid_t daemon_pid;
+static pid_t keeper_pid; /* killed with the daemon by kill_daemon clients */
 static char *paths[32]; /* made by path_of(), freed by teardown() */
 static size_t nr_paths;
 
@@ -101,6 +102,36 @@ static const char *make_image(const char *name, size_t len, uint64_t tag)
 	return path;
 }
 
+/* What the daemon reports to faultctl: its sessions, and its keeper. */
+static uint32_t daemon_status(pid_t *keeper)
+{
+	union {
+		struct proto_status st;
+		char buf[PROTO_MAX_MSG];
+	} *u = malloc(sizeof(*u));
+	struct proto_hdr req;
+	struct proto_hello h;
+	int s = proto_connect(sock);
+	uint32_t n;
+
+	cr_assert(u && s >= 0);
+	cr_assert_eq(proto_hello(s, 0, &h), 0);
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	cr_assert_gt(proto_call(s, &req, NULL, 0, u, sizeof(*u)), 0);
+	cr_assert_eq(u->st.h.type, MSG_STATUS);
+	n = u->st.nr_sessions;
+	if (keeper)
+		*keeper = u->st.keeper_pid;
+	close(s);
+	free(u);
+	return n;
+}
+
+static uint32_t daemon_sessions(void)
+{
+	return daemon_status(NULL);
+}
+
 /* ------------------------------------------------------------------------
  * Clients that use the library
  */
@@ -141,6 +172,8 @@ static void client_main(void *arg)
 		if (p.done)
 			_exit(12); /* too late to test anything */
 		kill(daemon_pid, SIGKILL);
+		if (keeper_pid > 0)
+			kill(keeper_pid, SIGKILL);
 	}
 	if (c->stop_half_way) {
 		(void)pattern_check(c->tag, 0, base, c->len / 2);
@@ -265,11 +298,17 @@ Test(daemon, socket_activation_the_systemd_way)
 		  "status %#x", status);
 }
 
+/*
+ * The daemon and its keeper both killed mid-restore: nothing holds the
+ * session any more, and the client finishes its restore alone.
+ */
 Test(daemon, daemon_killed_mid_restore)
 {
 	struct client c = { make_image("big", 512 * MIB, TAG), 512 * MIB, TAG,
 			    .kill_daemon = true };
 
+	daemon_status(&keeper_pid);
+	cr_assert_gt(keeper_pid, 0, "the daemon has no keeper");
 	cr_assert_eq(client_wait(client_start(&c)), 0);
 	daemon_pid = daemon_start(); /* for teardown */
 }
@@ -593,29 +632,6 @@ Test(daemon, ten_thousand_remaps_keep_every_page)
 	munmap(to, moves * 4096);
 	raw_close(&c);
 	cr_assert(daemon_alive());
-}
-
-/* The number of sessions the daemon reports to faultctl. */
-static uint32_t daemon_sessions(void)
-{
-	union {
-		struct proto_status st;
-		char buf[PROTO_MAX_MSG];
-	} *u = malloc(sizeof(*u));
-	struct proto_hdr req;
-	struct proto_hello h;
-	int s = proto_connect(sock);
-	uint32_t n;
-
-	cr_assert(u && s >= 0);
-	cr_assert_eq(proto_hello(s, 0, &h), 0);
-	proto_init(&req, MSG_STATUS, sizeof(req));
-	cr_assert_gt(proto_call(s, &req, NULL, 0, u, sizeof(*u)), 0);
-	cr_assert_eq(u->st.h.type, MSG_STATUS);
-	n = u->st.nr_sessions;
-	close(s);
-	free(u);
-	return n;
 }
 
 /* Touch every page of [base, base + len) for ever. */

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * restart.c - what the daemon does at its start and its end so that a
+ * restart loses no session: attach to its keeper (or systemd's store),
+ * adopt the sessions a daemon before it left there, keep its listening
+ * socket there, start a keeper again if the keeper dies, and at the end
+ * leave to the keeper only what nobody else can serve.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#define STOP_WAIT_MS 5000
+
+static int kept_listen = -1;
+
+static void *adopted_main(void *arg)
+{
+	struct session *s = arg;
+
+	dlog(1, "%s: adopted, %u spaces", s->o.name, s->nr_spaces);
+	session_run(s);
+	dlog(1, "%s ends", s->o.name);
+	session_free(s);
+	return NULL;
+}
+
+/* An entry of the keeper: the listening socket, or a session. */
+static void on_entry(void *arg, struct keep_entry *e)
+{
+	struct session *s;
+	pthread_t t;
+
+	if (e->flags & KEEP_F_LISTEN) {
+		if (e->nfds == 1 && kept_listen < 0)
+			kept_listen = e->fds[0];
+		else
+			for (unsigned int i = 0; i < e->nfds; i++)
+				close(e->fds[i]);
+		return;
+	}
+	if (session_adopt_entry(e, &s))
+		return;
+	if (thread_start(&t, adopted_main, s, "faultd-adopt") < 0) {
+		dlog(0, "%s: cannot start a thread for it", s->o.name);
+		session_free(s);
+		return;
+	}
+	pthread_detach(t);
+}
+
+/*
+ * restart_begin() - attach to the keeper of @o->socket (starting one if
+ * none runs) or to systemd's store, and adopt what it holds. Returns the
+ * listening socket it held (or -1: bind one and restart_keep_listen()
+ * it), or -errno: another daemon uses it, or it is another's.
+ */
+int restart_begin(const struct keep_opts *o)
+{
+	int ret = keep_open(o, &daemon_keep);
+
+	if (ret == -EBUSY)
+		dlog(0, "%s: another faultd serves this socket", o->socket);
+	if (ret)
+		return ret;
+	ret = keep_fetch(daemon_keep, on_entry, NULL);
+	if (ret)
+		dlog(0, "cannot fetch what the keeper holds: %s",
+		     strerror(-ret));
+	return kept_listen;
+}
+
+/* Keep the listening socket too: the path stays served across a restart. */
+void restart_keep_listen(int ls)
+{
+	if (daemon_keep && !keep_put(daemon_keep, "listen", &ls, 1,
+				     KEEP_F_LISTEN, 0))
+		kept_listen = ls;
+}
+
+/* The keeper's descriptor to poll (-1: none). */
+int restart_fd(void)
+{
+	return keep_fd(daemon_keep);
+}
+
+/* The keeper died: start another and give it everything again. */
+void restart_keeper_lost(void)
+{
+	int ret;
+
+	if (!daemon_keep || !keep_lost(daemon_keep))
+		return;
+	dlog(0, "the keeper is gone: starting another");
+	ret = keep_reopen(daemon_keep);
+	if (ret) {
+		dlog(0, "cannot start a keeper: %s: a restart would lose the "
+			"sessions", strerror(-ret));
+		keep_close(daemon_keep, false);
+		daemon_keep = NULL;
+		return;
+	}
+	if (kept_listen >= 0)
+		keep_put(daemon_keep, "listen", &kept_listen, 1, KEEP_F_LISTEN,
+			 0);
+	sessions_persist_all();
+}
+
+/*
+ * restart_end() - the daemon stops: every session has been asked to end.
+ * Returns true when nothing was left to the keeper (it was told BYE and
+ * the socket path may go), false when sessions wait there for the next
+ * daemon.
+ */
+bool restart_end(void)
+{
+	uint64_t end = now_ms() + STOP_WAIT_MS;
+	size_t left;
+
+	while (sessions_count() && now_ms() < end)
+		usleep(1000);
+	left = sessions_count();
+	if (!daemon_keep)
+		return true;
+	if (sessions_left_kept() || left) {
+		dlog(0, "stopping: sessions stay with the keeper (pid %d) for "
+			"the next faultd", (int)keep_pid(daemon_keep));
+		keep_close(daemon_keep, false);
+		return false;
+	}
+	keep_close(daemon_keep, true);
+	return true;
+}
