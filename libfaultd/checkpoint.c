@@ -214,9 +214,9 @@ static int ckpt_parent(struct ckpt *c, const char *parent)
 	char name[PATH_MAX];
 	int fd, ret;
 
-	fd = open(parent, O_RDONLY | O_CLOEXEC);
+	fd = image_file_open(parent); /* a FIFO must not block the call */
 	if (fd < 0)
-		return -errno;
+		return fd;
 	ret = image_open(fd, parent, &p);
 	close(fd);
 	if (ret < 0)
@@ -338,9 +338,11 @@ FAULTD_EXPORT int faultd_checkpoint(struct faultd_region *r, const char *path,
 		return ret;
 	c.len = atomic_load(&r->len);
 	tmp[0] = 0;
-	ret = ckpt_begin(&c, path, tmp);
-	if (!ret && o.parent)
+	/* The parent is checked before any file is made. */
+	if (o.parent)
 		ret = ckpt_parent(&c, o.parent);
+	if (!ret)
+		ret = ckpt_begin(&c, path, tmp);
 	if (!ret && r->wp_mode != WP_NONE && !ckpt_dirty_is_writebacks(r))
 		ret = ckpt_collect(&c, o.parent != NULL);
 	if (!ret)

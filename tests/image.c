@@ -7,7 +7,9 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "helpers.h"
@@ -463,4 +465,91 @@ Test(image, unprivileged_checkpoint_of_missing_pages)
 		     "%d + errno: the checkpoint failed)",
 		     how, -how - 1, CHILD_CKPT);
 	cr_assert_eq(access(path_of("nobody/zero"), F_OK), 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Failed checkpoints leave nothing behind
+ */
+
+/* The number of entries of directory @d besides "." and "..". */
+static int entries_of(const char *d)
+{
+	DIR *dp = opendir(d);
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(dp, "opendir %s: %s", d, strerror(errno));
+	while ((e = readdir(dp)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(dp);
+	return n;
+}
+
+/*
+ * A parent that is a FIFO (no writer will ever come), missing, or not an
+ * image: the incremental checkpoint fails at once with the error of
+ * opening it, and makes no file. This test's timeout is short: a
+ * checkpoint that opened the FIFO for reading would wait for a writer.
+ */
+Test(image, bad_parent_fails_at_once_and_leaves_nothing, .timeout = 20)
+{
+	struct faultd_ctx *ctx = ctx_new();
+	struct faultd_region *r = sample_region(ctx, 8 * BLOCK,
+						FAULTD_REGION_WP);
+	const char *sub = path_of("badparent");
+	char fifo[256], notimg[256], missing[256], img[256];
+	struct faultd_checkpoint_opts o = { .size = sizeof(o),
+					    .flags = FAULTD_CKPT_INCREMENTAL,
+					    .parent = fifo };
+
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", sub);
+	snprintf(notimg, sizeof(notimg), "%s/notimg", sub);
+	snprintf(missing, sizeof(missing), "%s/missing", sub);
+	snprintf(img, sizeof(img), "%s/inc", sub);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_assert_eq(faultd_checkpoint(r, img, &o), -EINVAL, "FIFO parent");
+	o.parent = missing;
+	cr_assert_eq(faultd_checkpoint(r, img, &o), -ENOENT, "no parent");
+	cr_assert_eq(close(open(notimg, O_CREAT | O_WRONLY, 0600)), 0);
+	o.parent = notimg;
+	cr_assert_eq(faultd_checkpoint(r, img, &o), -EINVAL, "empty parent");
+	cr_assert_eq(entries_of(sub), 2, "only the FIFO and the empty file");
+	faultd_ctx_destroy(ctx);
+}
+
+/* Checkpoint @arg's region with files limited to 256 KiB: EFBIG. */
+static void fsize_limited_child(void *arg)
+{
+	const char *img = arg;
+	struct rlimit rl = { .rlim_cur = 4 * BLOCK, .rlim_max = 4 * BLOCK };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.length = 32 * BLOCK };
+	int ret;
+
+	signal(SIGXFSZ, SIG_IGN);
+	if (faultd_ctx_create(NULL, &ctx) || faultd_region_create(ctx, &o, &r))
+		_exit(CHILD_SETUP);
+	pattern_fill(TAG, 0, faultd_region_base(r), 32 * BLOCK);
+	if (setrlimit(RLIMIT_FSIZE, &rl))
+		_exit(CHILD_SETUP);
+	ret = faultd_checkpoint(r, img, NULL);
+	_exit(ret < 0 ? CHILD_CKPT + (-ret & 0x7f) : CHILD_OK);
+}
+
+/* A checkpoint that fails while it writes its data removes its file. */
+Test(image, failed_write_leaves_nothing)
+{
+	const char *sub = path_of("efbig");
+	char img[256];
+	int how;
+
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	snprintf(img, sizeof(img), "%s/full", sub);
+	how = run_in_child(fsize_limited_child, img);
+	cr_assert_eq(how, -(CHILD_CKPT + EFBIG + 1),
+		     "the child ended with %d, not EFBIG", how);
+	cr_assert_eq(entries_of(sub), 0, "the temporary file is gone");
 }
