@@ -153,6 +153,7 @@ uint64_t now_ns(void);
  * clear.c - range clears.
  */
 
+void clear_setup(void);
 void clear_per_4k(void *dst, size_t len); /* the bench's reference only */
 void clear_with(int strategy, void *dst, size_t len);
 
