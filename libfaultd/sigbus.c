@@ -121,32 +121,42 @@ static ssize_t sig_fill(struct faultd_region *r, uintptr_t start, size_t len,
 
 /*
  * Map [start, start + len) from @src (NULL: zeros). A page already present
- * stops a window short; then the faulting page alone, so that the access
- * never keeps faulting on a window that cannot be filled.
+ * stops a window short; then the faulting page alone, unless it was among
+ * those mapped, so that the access never keeps faulting on a window that
+ * cannot be filled. Returns whether this call mapped the faulting page:
+ * if not, another thread was first (EEXIST), or the access is retried
+ * (EAGAIN).
  */
-static void sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
+static bool sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
 		    size_t len, const char *src, bool write)
 {
 	int fd = r->group->uffd;
 	bool copy = src || write || r->kind == REGION_HUGETLB;
 	const char *from = src ? src : (const char *)r->ctx->zero_page;
+	size_t ps = r->page_size;
+	uintptr_t done;
 	ssize_t n;
 
 	n = copy ? uffd_copy(fd, start, from, len, 0)
 		 : uffd_zeropage(fd, start, len, 0);
-	if (n > 0 && len > r->page_size) /* as fault_around() counts them */
-		stat_add_shared(r->bg_stats, ST_AROUND,
-				(uint64_t)n / r->page_size -
-					(n == (ssize_t)len));
-	if (n == (ssize_t)len)
-		return;
-	if (len > r->page_size)
+	done = start + (n > 0 ? (size_t)n / ps * ps : 0);
+	if (page < done) { /* the others, as fault_around() counts them */
+		if (done - start > ps)
+			stat_add_shared(r->bg_stats, ST_AROUND,
+					(done - start) / ps - 1);
+		return true;
+	}
+	if (done > start)
+		stat_add_shared(r->bg_stats, ST_AROUND, (done - start) / ps);
+	if (len > ps)
 		n = copy ? uffd_copy(fd, page, from + (src ? page - start : 0),
-				     r->page_size, 0)
-			 : uffd_zeropage(fd, page, r->page_size, 0);
-	/* EEXIST: another thread was first; EAGAIN: the retried access. */
+				     ps, 0)
+			 : uffd_zeropage(fd, page, ps, 0);
 	if (n == -EEXIST)
 		sig_count(r, ST_EEXIST);
+	else if (n == -EAGAIN)
+		sig_count(r, ST_EAGAIN);
+	return n == (ssize_t)ps;
 }
 
 /* The index of @addr's page in the poisoned bitmap. */
@@ -201,14 +211,14 @@ static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 	sig_count(r, ST_FAULTS);
 	sig_count(r, ST_FAST);
 	if (!r->pager) {
-		sig_count(r, ST_ZERO_FILLS);
-		sig_map(r, page, start, len, NULL, write);
+		if (sig_map(r, page, start, len, NULL, write))
+			sig_count(r, ST_ZERO_FILLS);
 		return;
 	}
 	buf = staging_get(r->sig_staging, &slot);
 	if (sig_fill(r, start, len, buf) >= 0) {
-		sig_count(r, ST_PAGER_FILLS);
-		sig_map(r, page, start, len, buf, write);
+		if (sig_map(r, page, start, len, buf, write))
+			sig_count(r, ST_PAGER_FILLS);
 	} else {
 		/* Never zeros: the retried access finds a poisoned page (or,
 		 * before UFFDIO_POISON, an inaccessible one: SIGSEGV). */

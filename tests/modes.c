@@ -102,6 +102,13 @@ static void content_in_mode(struct faultd_region_opts o)
 		     (unsigned long long)s.pager_fills,
 		     (unsigned long long)s.no_region,
 		     (unsigned long long)s.eagain);
+	/* Every page installed once, by its fault or a fault-around. */
+	cr_expect_eq(s.zero_fills + s.pager_fills + s.around, LEN / PAGE,
+		     "zero %llu pager %llu around %llu eexist %llu",
+		     (unsigned long long)s.zero_fills,
+		     (unsigned long long)s.pager_fills,
+		     (unsigned long long)s.around,
+		     (unsigned long long)s.eexist);
 	cr_expect_eq(s.poisoned, 0);
 	faultd_ctx_destroy(ctx);
 }
@@ -278,6 +285,93 @@ Test(modes, same_thread_pager_error_is_fatal_sigbus_not_zeros, .timeout = 30)
 	int how = run_in_child(same_thread_pager_error, NULL);
 
 	cr_expect_eq(how, poison_signal(), "child ended with %d", how);
+}
+
+/*
+ * Two threads fault each page of a same-thread region at once; the pager
+ * holds the first fill of a page until the second arrives, so both
+ * SIGBUS handlers fill it and one loses (EEXIST). The counters say what
+ * was installed: one pager fill a page, one EEXIST a page.
+ */
+struct st_race {
+	atomic_int entered[64];
+	struct faultd_region *r;
+	pthread_barrier_t bar;
+	size_t bad[2];
+};
+
+static ssize_t st_race_fill(void *arg, struct faultd_region *r, uint64_t off,
+			    void *buf, size_t len)
+{
+	struct st_race *sr = arg;
+	atomic_int *e = &sr->entered[off / PAGE % 64];
+
+	atomic_fetch_add(e, 1);
+	wait_at_least(e, 2, 10000);
+	pattern_fill(9, off, buf, len);
+	return (ssize_t)len;
+}
+
+struct st_racer {
+	struct st_race *sr;
+	unsigned int idx;
+};
+
+static void *st_race_touch(void *arg)
+{
+	struct st_racer *t = arg;
+	const char *base = faultd_region_base(t->sr->r);
+
+	for (size_t pg = 0; pg < 64; pg++) {
+		pthread_barrier_wait(&t->sr->bar);
+		t->sr->bad[t->idx] +=
+			pattern_check(9, pg * PAGE, base + pg * PAGE, PAGE);
+	}
+	return NULL;
+}
+
+Test(modes, same_thread_race_counts_installed_pages, .timeout = 60)
+{
+	static struct st_race sr;
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_SIGNAL_SAFE,
+				  .fill = st_race_fill,
+				  .arg = &sr };
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_SAME_THREAD,
+					.length = 64 * PAGE,
+					.pager = &p };
+	struct faultd_stats s = { .size = sizeof(s) };
+	struct st_racer t[2];
+	struct faultd_ctx *ctx;
+	pthread_t th[2];
+	int ret;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	ret = faultd_region_create(ctx, &o, &sr.r);
+	if (ret == -EOPNOTSUPP)
+		cr_skip_test("no UFFD_FEATURE_SIGBUS on this kernel");
+	cr_assert_eq(ret, 0);
+	pthread_barrier_init(&sr.bar, NULL, 2);
+	for (unsigned int i = 0; i < 2; i++) {
+		t[i] = (struct st_racer){ .sr = &sr, .idx = i };
+		cr_assert_eq(pthread_create(&th[i], NULL, st_race_touch, &t[i]),
+			     0);
+	}
+	for (unsigned int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		cr_expect_eq(sr.bad[i], 0);
+	}
+	/* Counted in the faulting threads, which have returned. */
+	cr_assert_eq(faultd_region_stats(sr.r, &s), 0);
+	for (int i = 0; i < 64; i++)
+		cr_expect_eq(atomic_load(&sr.entered[i]), 2, "page %d", i);
+	cr_expect_eq(s.faults, 128);
+	cr_expect_eq(s.pager_fills, 64, "%llu pager fills for 64 pages",
+		     (unsigned long long)s.pager_fills);
+	cr_expect_eq(s.eexist, 64);
+	pthread_barrier_destroy(&sr.bar);
+	faultd_ctx_destroy(ctx);
 }
 
 /*
