@@ -166,12 +166,10 @@ static int poison_by_mprotect(struct fault *f)
 }
 
 /* Counted as poisoned once done (a parked poison is retried). */
-static int fault_poison(struct fault *f, int err)
+static int poison_page(struct fault *f)
 {
 	int ret;
 
-	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
-	       (unsigned long long)f->off, strerror(-err));
 	fault_count_as(f, ST_POISONED);
 	if (uffd_have() & FAULTD_HAVE_POISON) {
 		ret = fault_finish(f, uffd_poison(fault_uffd(f), f->addr,
@@ -183,6 +181,14 @@ static int fault_poison(struct fault *f, int err)
 		fault_count_as(f, ST_POISONED);
 	}
 	return poison_by_mprotect(f);
+}
+
+/* Content that cannot be produced: an error, and the page poisoned. */
+static int fault_poison(struct fault *f, int err)
+{
+	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
+	       (unsigned long long)f->off, strerror(-err));
+	return poison_page(f);
 }
 
 /*
@@ -503,6 +509,8 @@ static int do_base_fault(struct fault *f)
 /*
  * do_heap_fault() - a missing page of a heap: zeros below the break; above
  * it the access is the application's error and gets SIGBUS, never zeros.
+ * That is the heap's contract, not a failure of the library: logged at
+ * debug level only.
  */
 static int do_heap_fault(struct fault *f)
 {
@@ -514,7 +522,9 @@ static int do_heap_fault(struct fault *f)
 	if (!heap_note_poison(h, f->addr)) /* the break just moved over it */
 		return do_heap_fault(f);
 	fault_commit(f, ST_NR);
-	ret = fault_poison(f, -EFAULT);
+	fd_dbg(f->r->ctx, "%s: access above the break at offset %#llx: SIGBUS",
+	       f->r->name, (unsigned long long)f->off);
+	ret = poison_page(f);
 	heap_poisoned(h, f->addr);
 	return ret;
 }
