@@ -309,6 +309,48 @@ Test(hugetlb, no_free_pages_enomem_and_bad_sizes)
 	faultd_ctx_destroy(ctx);
 }
 
+/*
+ * With no huge page free (the pool emptied for the test, given back
+ * after), a region of either kind fails with -ENOMEM and says, at error
+ * level, how to reserve the pages it needs.
+ */
+Test(hugetlb, no_free_pages_logs_how_to_reserve)
+{
+	static struct log_capture log = LOG_CAPTURE_INIT;
+	struct faultd_ctx_opts co = { .size = sizeof(co),
+				      .log = log_capture_fn,
+				      .log_arg = &log };
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_HUGETLB,
+					.length = 2 * HPAGE };
+	const char *hint = "reserve more with: echo 2 > "
+			   "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+			   "nr_hugepages";
+	struct faultd_region *r;
+	struct faultd_ctx *ctx;
+
+	lock_pool();
+	pool.ps = HPAGE;
+	pool.before = pool_read(HPAGE, "nr_hugepages");
+	if (!pool_write(HPAGE, 0))
+		cr_skip_test("cannot write nr_hugepages (not root?)");
+	pool.changed = true;
+	if (pool_read(HPAGE, "free_hugepages") ||
+	    pool_read(HPAGE, "resv_hugepages"))
+		cr_skip_test("huge pages of 2048 kB are in use: cannot empty "
+			     "the pool");
+	cr_assert_eq(faultd_ctx_create(&co, &ctx), 0);
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -ENOMEM);
+	cr_expect_eq(log_count(&log, hint, FAULTD_LOG_ERR), 1,
+		     "anonymous: %d lines, first: %s", log.n, log.line[0]);
+	o.flags |= FAULTD_REGION_MEMFD;
+	cr_expect_eq(faultd_region_create(ctx, &o, &r), -ENOMEM);
+	cr_expect_eq(log_count(&log, hint, FAULTD_LOG_ERR), 2,
+		     "memfd: %d lines in all", log.n);
+	cr_expect_eq(log.n, 2);
+	faultd_ctx_destroy(ctx);
+}
+
 Test(hugetlb, gigantic_pages_where_available)
 {
 	struct faultd_ctx *ctx;
