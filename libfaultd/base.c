@@ -54,6 +54,10 @@ int base_create(struct faultd_region *r)
 	if (!b->states || p == MAP_FAILED) {
 		int err = p == MAP_FAILED ? -errno : -ENOMEM;
 
+		/* A hugetlb memfd reserves its pages here, at the map. */
+		if (p == MAP_FAILED && err == -ENOMEM &&
+		    r->page_size > (size_t)r->ctx->page_size)
+			huge_log_enomem(r, b->alias_len);
 		if (p != MAP_FAILED)
 			munmap(p, b->alias_len);
 		close(b->memfd);

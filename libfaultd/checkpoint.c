@@ -6,8 +6,13 @@
  * The region is read block by block from its own memory, by the calling
  * thread: pages a pager would produce are faulted in on the way (a region
  * without a pager or page cache skips blocks with no page present, which
- * would read as zeros). A block of zeros takes no space; the others are
- * written with their CRC32C. An incremental image holds only the blocks
+ * would read as zeros). Each block is copied by that thread into a buffer
+ * first, and written and checksummed from there: the kernel never reads
+ * region memory on the library's behalf (a userfaultfd of user faults
+ * only, all an unprivileged process may have, cannot resolve the kernel's
+ * own access to a missing page), and the bytes written are the bytes
+ * checksummed even while the application writes. A block of zeros takes
+ * no space; the others are written with their CRC32C. An incremental image holds only the blocks
  * with a page written since the last collection of the region's dirty set
  * (write tracking), and names its parent. A full image of a tracked
  * region collects that set first, so the next incremental image is
@@ -113,18 +118,11 @@ static int extent_add(struct ckpt *c, uint64_t b, uint32_t kind)
 	return 0;
 }
 
-/* Append block @b's content (@p, @len bytes, zero-padded) as data. */
-static int data_add(struct ckpt *c, uint64_t b, const char *p, size_t len,
-		    char *pad)
+/* Append block @b's content, a copy of IMG_BLOCK bytes at @src, as data. */
+static int data_add(struct ckpt *c, uint64_t b, const char *src)
 {
-	const char *src = p;
 	int ret;
 
-	if (len < IMG_BLOCK) { /* the region's last, short block */
-		memcpy(pad, p, len);
-		memset(pad + len, 0, IMG_BLOCK - len);
-		src = pad;
-	}
 	if (c->h.nr_blocks == c->crcs_cap) {
 		size_t cap = c->crcs_cap ? 2 * c->crcs_cap : 256;
 		void *q = realloc(c->crcs, cap * sizeof(*c->crcs));
@@ -146,12 +144,15 @@ static int data_add(struct ckpt *c, uint64_t b, const char *p, size_t len,
 	return 0;
 }
 
-/* Every wanted block of the region, in order. */
+/*
+ * Every wanted block of the region, in order, each copied into @buf by
+ * this thread (see above); the region's last, short block zero-padded.
+ */
 static int blocks_write(struct ckpt *c)
 {
 	uint64_t nb = (c->len + IMG_BLOCK - 1) / IMG_BLOCK;
-	char *pad = malloc(IMG_BLOCK);
-	int ret = pad ? 0 : -ENOMEM;
+	char *buf = malloc(IMG_BLOCK);
+	int ret = buf ? 0 : -ENOMEM;
 
 	for (uint64_t b = 0; !ret && b < nb; b++) {
 		const char *p = (const char *)c->r->base + b * IMG_BLOCK;
@@ -161,12 +162,14 @@ static int blocks_write(struct ckpt *c)
 
 		if (!block_wanted(c, b))
 			continue;
-		if (block_is_zero(p, l))
+		memcpy(buf, p, l);
+		memset(buf + l, 0, IMG_BLOCK - l);
+		if (block_is_zero(buf, IMG_BLOCK))
 			ret = extent_add(c, b, IMG_ZERO);
 		else
-			ret = data_add(c, b, p, l, pad);
+			ret = data_add(c, b, buf);
 	}
-	free(pad);
+	free(buf);
 	return ret;
 }
 
@@ -211,9 +214,9 @@ static int ckpt_parent(struct ckpt *c, const char *parent)
 	char name[PATH_MAX];
 	int fd, ret;
 
-	fd = open(parent, O_RDONLY | O_CLOEXEC);
+	fd = image_file_open(parent); /* a FIFO must not block the call */
 	if (fd < 0)
-		return -errno;
+		return fd;
 	ret = image_open(fd, parent, &p);
 	close(fd);
 	if (ret < 0)
@@ -335,9 +338,11 @@ FAULTD_EXPORT int faultd_checkpoint(struct faultd_region *r, const char *path,
 		return ret;
 	c.len = atomic_load(&r->len);
 	tmp[0] = 0;
-	ret = ckpt_begin(&c, path, tmp);
-	if (!ret && o.parent)
+	/* The parent is checked before any file is made. */
+	if (o.parent)
 		ret = ckpt_parent(&c, o.parent);
+	if (!ret)
+		ret = ckpt_begin(&c, path, tmp);
 	if (!ret && r->wp_mode != WP_NONE && !ckpt_dirty_is_writebacks(r))
 		ret = ckpt_collect(&c, o.parent != NULL);
 	if (!ret)

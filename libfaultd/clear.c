@@ -299,6 +299,17 @@ static void clear_init(void)
 	cl.forced = strategy_from_env();
 }
 
+/*
+ * clear_setup() - do the one-time set-up of faultd_clear() (calibration,
+ * FAULTD_CLEAR) now, in an ordinary context: it maps memory and reads
+ * the environment, which a SIGBUS handler must not. After it, a
+ * faultd_clear() call is async-signal-safe.
+ */
+void clear_setup(void)
+{
+	pthread_once(&cl.once, clear_init);
+}
+
 /* ------------------------------------------------------------------------
  * The clear.
  */

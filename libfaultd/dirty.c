@@ -21,6 +21,15 @@
  * sets the bit and removes the protection under it for reading, and a
  * collection protects and takes the bitmap under it for writing, so no
  * page can be unprotected with its bit already taken.
+ *
+ * Discarded pages are forgotten exactly (dirty_discard()): their content
+ * is dropped and their writes cleared under dirty_lock for writing, so no
+ * write fault marks a page (sync) and no collection reports one (async)
+ * in between. In async mode the kernel reports a PTE left empty as
+ * written - without its write-protect marker it cannot tell what the page
+ * held - so the discard protects exactly the empty PTEs of the range
+ * again; a page filled and written since the drop is present and keeps
+ * its write.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -124,38 +133,78 @@ static void set_bits(uint64_t *bitmap, size_t from, size_t to)
 		bitmap[pg / 64] |= 1ull << (pg % 64);
 }
 
-/* One PAGEMAP_SCAN at a time reports written pages and re-protects them. */
-static ssize_t collect_async(struct faultd_region *r, uint64_t off,
-			     size_t len, uint64_t *bitmap)
+/*
+ * scan_protect() - one PAGEMAP_SCAN after another over [off, off + len)
+ * that reports the written pages matching @a's categories and protects
+ * them again; their bits go into @bitmap (pages from @off) unless it is
+ * NULL. Returns the number of pages matched or -errno.
+ */
+static ssize_t scan_protect(struct faultd_region *r, uint64_t off,
+			    size_t len, struct pm_scan_arg *a, uint64_t *bitmap)
 {
 	struct page_region vec[SCAN_VEC];
 	uintptr_t start = r->base + off, end = start + len;
-	struct pm_scan_arg a = {
-		.size = sizeof(a),
-		.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-		.vec = (uintptr_t)vec,
-		.vec_len = SCAN_VEC,
-		.category_mask = PAGE_IS_WRITTEN,
-		.return_mask = PAGE_IS_WRITTEN,
-	};
 	ssize_t count = 0;
 
-	memset(bitmap, 0, (len / r->page_size + 63) / 64 * sizeof(*bitmap));
-	for (a.start = start; a.start < end; a.start = a.walk_end) {
+	a->size = sizeof(*a);
+	a->flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC;
+	a->vec = (uintptr_t)vec;
+	a->vec_len = SCAN_VEC;
+	a->return_mask = PAGE_IS_WRITTEN;
+	if (bitmap)
+		memset(bitmap, 0,
+		       (len / r->page_size + 63) / 64 * sizeof(*bitmap));
+	for (a->start = start; a->start < end; a->start = a->walk_end) {
 		int n;
 
-		a.end = end;
-		n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
+		a->end = end;
+		n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, a);
 		if (n < 0)
 			return -errno;
 		for (int i = 0; i < n; i++) {
-			set_bits(bitmap, (vec[i].start - start) / r->page_size,
-				 (vec[i].end - start) / r->page_size);
+			if (bitmap)
+				set_bits(bitmap,
+					 (vec[i].start - start) / r->page_size,
+					 (vec[i].end - start) / r->page_size);
 			count += (ssize_t)((vec[i].end - vec[i].start) /
 					   r->page_size);
 		}
 	}
 	return count;
+}
+
+/* Report written pages and protect them again. Under dirty_lock (read):
+ * a discard is not half done (see above). */
+static ssize_t collect_async(struct faultd_region *r, uint64_t off,
+			     size_t len, uint64_t *bitmap)
+{
+	struct pm_scan_arg a = { .category_mask = PAGE_IS_WRITTEN };
+	ssize_t n;
+
+	pthread_rwlock_rdlock(&r->dirty_lock);
+	n = scan_protect(r, off, len, &a, bitmap);
+	pthread_rwlock_unlock(&r->dirty_lock);
+	return n;
+}
+
+/*
+ * protect_emptied() - protect the empty PTEs of [off, off + len) again
+ * (async mode): "written" but neither present nor swapped. A present page
+ * is left as it is, written or not.
+ */
+static int protect_emptied(struct faultd_region *r, uint64_t off, size_t len)
+{
+	struct pm_scan_arg a = {
+		.category_mask = PAGE_IS_WRITTEN | PAGE_IS_PRESENT |
+				 PAGE_IS_SWAPPED,
+		.category_inverted = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+	};
+	ssize_t n = scan_protect(r, off, len, &a, NULL);
+
+	if (n < 0)
+		fd_err(r->ctx, "%s: cannot protect discarded pages: %s",
+		       r->name, strerror((int)-n));
+	return n < 0 ? (int)n : 0;
 }
 
 /*
@@ -193,25 +242,60 @@ int dirty_rearm(struct faultd_region *r, uint64_t off, size_t len)
 	return ret;
 }
 
-/*
- * dirty_clear() - forget the writes to [off, off + len): its content was
- * discarded (sync mode; async tracking forgets with the pages).
- * Context: the region's lock held.
- */
-void dirty_clear(struct faultd_region *r, uint64_t off, size_t len)
+/* Forget the writes to [off, off + len). Context: dirty_lock (write). */
+static int forget_locked(struct faultd_region *r, uint64_t off, size_t len)
 {
 	size_t first = off / r->page_size, n = len / r->page_size;
 
+	if (r->wp_mode == WP_ASYNC)
+		return protect_emptied(r, off, len);
 	if (r->wp_mode != WP_SYNC || first >= r->dirty_words * 64)
-		return;
+		return 0;
 	if (n > r->dirty_words * 64 - first)
 		n = r->dirty_words * 64 - first;
-	pthread_rwlock_wrlock(&r->dirty_lock);
 	for (size_t pg = first; pg < first + n; pg++)
 		atomic_fetch_and_explicit(&r->dirty[pg / 64],
 					  ~(1ull << (pg % 64)),
 					  memory_order_relaxed);
+	return 0;
+}
+
+/*
+ * dirty_clear() - forget the writes to [off, off + len): its content was
+ * dropped, and no write can land on it until the caller lets it go (its
+ * pages taken, or the range cut off). Returns 0 or -errno (async mode: the
+ * pages could not be protected again, and are reported dirty).
+ * Context: the region's lock held.
+ */
+int dirty_clear(struct faultd_region *r, uint64_t off, size_t len)
+{
+	int ret;
+
+	if (r->wp_mode == WP_NONE)
+		return 0;
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	ret = forget_locked(r, off, len);
 	pthread_rwlock_unlock(&r->dirty_lock);
+	return ret;
+}
+
+/*
+ * dirty_discard() - mem_discard() [off, off + len) and forget its writes,
+ * with no write marked and no collection in between (see above).
+ * Context: the region's lock held for reading; a region without a budget.
+ */
+int dirty_discard(struct faultd_region *r, uint64_t off, size_t len)
+{
+	int ret;
+
+	if (r->wp_mode == WP_NONE)
+		return mem_discard(r, off, len);
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	ret = mem_discard(r, off, len);
+	if (!ret)
+		ret = forget_locked(r, off, len);
+	pthread_rwlock_unlock(&r->dirty_lock);
+	return ret;
 }
 
 FAULTD_EXPORT ssize_t faultd_region_dirty(struct faultd_region *r,

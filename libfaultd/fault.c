@@ -34,12 +34,31 @@ struct fault {
 	uint64_t msg_flags;	/* UFFD_PAGEFAULT_FLAG_* */
 	unsigned int flags;	/* FAULT_* */
 	struct stat_block *st;	/* this thread's counters for the region */
+	enum stat_item kind;	/* how it is counted as resolved; ST_NR: not */
 };
 
 #define FAULT_LOCKED (1u << 0)  /* the context lock is held for reading */
 #define FAULT_WRITE (1u << 1)	/* a write to a missing page */
 #define FAULT_WP (1u << 2)	/* install the page write-protected */
 #define FAULT_DIRTIES (1u << 3) /* install writable: it is dirty now */
+
+/*
+ * fault_count_as() - count the fault as resolved by @kind (a fill, a map,
+ * a poison...; ST_NR: not resolved), in place of what it was counted as.
+ * The counters of resolutions count only what was done: the ioctl that
+ * loses a race (EEXIST), finds the range gone or must be retried takes its
+ * count back (fault_finish()).
+ */
+static void fault_count_as(struct fault *f, enum stat_item kind)
+{
+	if (f->kind == kind)
+		return;
+	if (f->kind != ST_NR)
+		stat_add(f->st, f->kind, (uint64_t)-1);
+	if (kind != ST_NR)
+		stat_inc(f->st, kind);
+	f->kind = kind;
+}
 
 /*
  * fault_commit() - the fault is about to be resolved as @kind (ST_NR: a
@@ -49,13 +68,13 @@ struct fault {
  */
 static void fault_commit(struct fault *f, enum stat_item kind)
 {
-	if (f->req->counted)
-		return;
-	f->req->counted = true;
-	stat_inc(f->st, ST_FAULTS);
-	stat_inc(f->st, (f->flags & FAULT_LOCKED) ? ST_LOCKED : ST_FAST);
-	if (kind != ST_NR)
-		stat_inc(f->st, kind);
+	if (!f->req->counted) {
+		f->req->counted = true;
+		stat_inc(f->st, ST_FAULTS);
+		stat_inc(f->st,
+			 (f->flags & FAULT_LOCKED) ? ST_LOCKED : ST_FAST);
+	}
+	fault_count_as(f, kind);
 }
 
 /*
@@ -103,15 +122,19 @@ static int fault_wake(const struct fault *f)
 }
 
 /*
- * fault_finish() - account for the result of a fill ioctl.
+ * fault_finish() - account for the result of a fill ioctl: the fault is
+ * resolved as counted only when it is done.
  * Returns 0 when the fault is over, FAULTD_PARK to retry it later, or the
  * negative errno of a failure the caller must turn into a poison.
  */
 static int fault_finish(struct fault *f, ssize_t ret)
 {
-	switch (uffd_classify(ret)) {
-	case UFFD_DONE:
+	enum uffd_outcome how = uffd_classify(ret);
+
+	if (how == UFFD_DONE)
 		return 0;
+	fault_count_as(f, ST_NR);
+	switch (how) {
 	case UFFD_EXISTS:
 		stat_inc(f->st, ST_EEXIST);
 		return fault_wake(f);
@@ -121,6 +144,7 @@ static int fault_finish(struct fault *f, ssize_t ret)
 	case UFFD_GONE:
 		stat_inc(f->st, ST_GONE);
 		return fault_wake(f);
+	case UFFD_DONE:
 	case UFFD_FAILED:
 		break;
 	}
@@ -141,13 +165,12 @@ static int poison_by_mprotect(struct fault *f)
 	return fault_wake(f);
 }
 
-static int fault_poison(struct fault *f, int err)
+/* Counted as poisoned once done (a parked poison is retried). */
+static int poison_page(struct fault *f)
 {
 	int ret;
 
-	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
-	       (unsigned long long)f->off, strerror(-err));
-	stat_inc(f->st, ST_POISONED);
+	fault_count_as(f, ST_POISONED);
 	if (uffd_have() & FAULTD_HAVE_POISON) {
 		ret = fault_finish(f, uffd_poison(fault_uffd(f), f->addr,
 						  f->len, 0));
@@ -155,8 +178,17 @@ static int fault_poison(struct fault *f, int err)
 			return ret;
 		fd_err(f->r->ctx, "%s: UFFDIO_POISON: %s", f->r->name,
 		       strerror(-ret));
+		fault_count_as(f, ST_POISONED);
 	}
 	return poison_by_mprotect(f);
+}
+
+/* Content that cannot be produced: an error, and the page poisoned. */
+static int fault_poison(struct fault *f, int err)
+{
+	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
+	       (unsigned long long)f->off, strerror(-err));
+	return poison_page(f);
 }
 
 /*
@@ -228,14 +260,15 @@ static bool fault_around_ok(const struct fault *f)
  * window [start, start + len) around the faulting page with one ioctl,
  * from @src (a copy) or from the zero page. The ioctl never replaces a
  * present page: one in the window stops it short, and the faulting page
- * is then resolved on its own (what was filled stays, as a prefetch).
+ * is then resolved on its own unless it was among those filled (what was
+ * filled stays, as a prefetch).
  * Returns whether the faulting page is resolved (and its waiters woken).
  */
 static bool fault_around(struct fault *f, const void *src, uintptr_t start,
 			 size_t len)
 {
 	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
-	uint64_t extra = len / f->len - 1;
+	uint64_t extra = len / f->len - 1, done;
 	ssize_t n;
 
 	/* Counted before the ioctl wakes the thread, as fault_commit(). */
@@ -244,10 +277,13 @@ static bool fault_around(struct fault *f, const void *src, uintptr_t start,
 		: uffd_zeropage(fault_uffd(f), start, len, 0);
 	if (n == (ssize_t)len)
 		return true;
-	/* Stopped short: the faulting page is still to do, if it was not
-	 * among those filled. Only this thread writes the counter. */
-	stat_add(f->st, ST_AROUND,
-		 (n > 0 ? (uint64_t)n / f->len : 0) - extra);
+	/* Stopped short. Only this thread writes the counter. */
+	done = n > 0 ? (uint64_t)n / f->len : 0;
+	if (f->addr < start + done * f->len) {
+		stat_add(f->st, ST_AROUND, done - 1 - extra);
+		return true;
+	}
+	stat_add(f->st, ST_AROUND, done - extra);
 	return false;
 }
 
@@ -376,12 +412,18 @@ static int do_missing_fault(struct fault *f)
 	return do_pager_fault(f);
 }
 
-/* Map the page the page cache holds; poison if that fails. */
-static int fault_continue(struct fault *f)
+/*
+ * Map the page the page cache holds; poison if that fails. The fault
+ * that @prepared the page resolved it even when another fault mapped it
+ * first (EEXIST): the page both map is its fill.
+ */
+static int fault_continue(struct fault *f, bool prepared)
 {
 	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_CONTINUE_MODE_WP : 0;
 	ssize_t ret = uffd_continue(fault_uffd(f), f->addr, f->len, mode);
 
+	if (prepared && uffd_classify(ret) == UFFD_EXISTS)
+		return fault_wake(f);
 	ret = fault_finish(f, ret);
 	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
 }
@@ -451,7 +493,7 @@ static int do_base_fault(struct fault *f)
 		if (!r->ev)
 			base_release(s, PAGE_READY);
 	}
-	ret = fault_continue(f);
+	ret = fault_continue(f, claim == BASE_CLAIM_PREPARE);
 	if (!r->ev)
 		return ret;
 	evict_mapped(r, f->off, f->len);
@@ -467,6 +509,8 @@ static int do_base_fault(struct fault *f)
 /*
  * do_heap_fault() - a missing page of a heap: zeros below the break; above
  * it the access is the application's error and gets SIGBUS, never zeros.
+ * That is the heap's contract, not a failure of the library: logged at
+ * debug level only.
  */
 static int do_heap_fault(struct fault *f)
 {
@@ -478,7 +522,9 @@ static int do_heap_fault(struct fault *f)
 	if (!heap_note_poison(h, f->addr)) /* the break just moved over it */
 		return do_heap_fault(f);
 	fault_commit(f, ST_NR);
-	ret = fault_poison(f, -EFAULT);
+	fd_dbg(f->r->ctx, "%s: access above the break at offset %#llx: SIGBUS",
+	       f->r->name, (unsigned long long)f->off);
+	ret = poison_page(f);
 	heap_poisoned(h, f->addr);
 	return ret;
 }
@@ -555,6 +601,8 @@ static int do_wp_fault(struct fault *f)
 	} else {
 		/* Answered already: unprotecting again could undo a protect
 		 * made since, and let a write pass without its hook. */
+		fault_count_as(f, ST_NR);
+		stat_inc(f->st, ST_EEXIST);
 		ret = fault_wake(f);
 	}
 	pthread_mutex_unlock(claim);
@@ -649,28 +697,30 @@ static struct faultd_region *handler_lookup(struct handler *h, uintptr_t addr)
 /*
  * lock_region_under_rcu() - like lock_vma_under_rcu(): find the region of
  * @addr and take its read lock without any context-wide lock.
- * Returns the region, read-locked, or NULL: no region (miss), or it is being
- * changed (abort) - the caller then takes the context lock.
+ * Returns the region, read-locked, or NULL with *why: ST_MISS (no region,
+ * or it went away) or ST_ABORT (it is being changed) - the caller then
+ * takes the context lock, and counts *why there (fault_handle()).
  */
 static struct faultd_region *lock_region_under_rcu(struct handler *h,
-						   uintptr_t addr)
+						   uintptr_t addr,
+						   enum stat_item *why)
 {
 	struct faultd_region *r;
 
 	urcu_bp_read_lock();
 	r = handler_lookup(h, addr);
 	if (!r) {
-		stat_inc(&h->stats, ST_MISS);
+		*why = ST_MISS;
 		goto fail;
 	}
 	if (!region_read_trylock(r)) {
-		stat_inc(&h->stats, ST_ABORT);
+		*why = ST_ABORT;
 		goto fail;
 	}
 	/* Destroyed or shrunk between the lookup and the lock? */
 	if (unlikely(r->dead || !region_contains(r, addr))) {
 		region_read_unlock(r);
-		stat_inc(&h->stats, ST_MISS);
+		*why = ST_MISS;
 		goto fail;
 	}
 	map_rcu_read_unlock();
@@ -701,16 +751,24 @@ static int fault_no_region(struct handler *h, uintptr_t addr)
  * Returns 0, or FAULTD_PARK when the fault must be retried after the
  * pending events have been read.
  * Context: a handler thread, registered with RCU, holding no lock.
+ *
+ * A miss or an abort of the lock-free lookup is counted once the context
+ * lock is held: in the region then found at the address (whose counters
+ * cannot be retired meanwhile, as they could while the region was being
+ * destroyed under the failed try-lock), or in the handler's own, the
+ * context's, when there is none.
  */
 int fault_handle(struct handler *h, struct fault_req *req)
 {
 	struct faultd_ctx *ctx = h->group->ctx;
-	struct fault f = { .h = h, .req = req, .msg_flags = req->flags };
+	struct fault f = { .h = h, .req = req, .msg_flags = req->flags,
+			   .kind = ST_NR };
+	enum stat_item why = ST_NR;
 	int ret;
 
 	if (ctx->lock_mode == FAULTD_LOCK_GLOBAL)
 		goto lock_ctx;
-	f.r = lock_region_under_rcu(h, req->addr);
+	f.r = lock_region_under_rcu(h, req->addr, &why);
 	if (!f.r)
 		goto lock_ctx;
 	fault_setup(&f, req->addr);
@@ -719,15 +777,20 @@ int fault_handle(struct handler *h, struct fault_req *req)
 	region_read_unlock(f.r);
 	if (ret != FAULTD_RETRY)
 		return ret;
+	fd_assert_internal(f.kind == ST_NR); /* retried before resolving */
 lock_ctx:
 	map_read_lock(ctx);
 	f.r = handler_lookup(h, req->addr);
 	if (!f.r) {
 		map_read_unlock(ctx);
+		if (why != ST_NR)
+			stat_inc(&h->stats, why);
 		return fault_no_region(h, req->addr);
 	}
 	f.flags |= FAULT_LOCKED;
 	fault_setup(&f, req->addr);
+	if (why != ST_NR)
+		stat_inc(f.st, why);
 	ret = handle_region_fault(&f);
 	fault_account(&f, ret);
 	map_read_unlock(ctx);

@@ -124,6 +124,7 @@ void stat_export(struct faultd_stats *out, const struct stat_block *s);
  * clear.c - range clears.
  */
 
+void clear_setup(void);
 void clear_per_4k(void *dst, size_t len); /* the bench's reference only */
 void clear_with(int strategy, void *dst, size_t len);
 
@@ -351,7 +352,8 @@ struct faultd_region {
 	enum wp_mode wp_mode;
 	faultd_write_hook write_hook;
 	void *hook_arg;
-	pthread_rwlock_t dirty_lock; /* read: set+unprotect; write: collect */
+	/* read: set+unprotect, async collect; write: sync collect, discard */
+	pthread_rwlock_t dirty_lock;
 	/* A WP fault with a hook claims its page: one of these by page
 	 * number (fault.c, do_wp_fault()). */
 #define WP_CLAIMS 8
@@ -465,7 +467,8 @@ void dirty_mark(struct faultd_region *r, uint64_t off, size_t len);
 int bitmap_grow(_Atomic uint64_t **map, size_t *words, size_t bits);
 int dirty_alloc(struct faultd_region *r, size_t len);
 
-void dirty_clear(struct faultd_region *r, uint64_t off, size_t len);
+int dirty_clear(struct faultd_region *r, uint64_t off, size_t len);
+int dirty_discard(struct faultd_region *r, uint64_t off, size_t len);
 ssize_t dirty_collect(struct faultd_region *r, uint64_t off, size_t len,
 		      uint64_t *bitmap);
 int dirty_rearm(struct faultd_region *r, uint64_t off, size_t len);

@@ -704,10 +704,8 @@ FAULTD_EXPORT int faultd_region_discard(struct faultd_region *r,
 		ret = -EOPNOTSUPP;
 	else if (r->ev)
 		ret = evict_discard(r, off, len);
-	else
-		ret = mem_discard(r, off, len);
-	if (!ret && !r->ev) /* the content is gone: so are its writes */
-		dirty_clear(r, off, len);
+	else /* the content goes, and its writes with it */
+		ret = dirty_discard(r, off, len);
 	pthread_rwlock_unlock(&r->lock);
 	return ret;
 }

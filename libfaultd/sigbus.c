@@ -42,9 +42,10 @@ struct sigbus_slot {
 
 static struct sigbus_slot slots[SIGBUS_SLOTS];
 static atomic_int slots_used; /* high-water mark of slots ever used */
+/* What on_sigbus() chains to; set (under slots_lock) while it is not
+ * installed. */
 static struct sigaction old_action;
-static pthread_once_t install_once = PTHREAD_ONCE_INIT;
-static int install_err;
+static bool installed_once;	/* under slots_lock */
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct sig_staging {
@@ -120,32 +121,42 @@ static ssize_t sig_fill(struct faultd_region *r, uintptr_t start, size_t len,
 
 /*
  * Map [start, start + len) from @src (NULL: zeros). A page already present
- * stops a window short; then the faulting page alone, so that the access
- * never keeps faulting on a window that cannot be filled.
+ * stops a window short; then the faulting page alone, unless it was among
+ * those mapped, so that the access never keeps faulting on a window that
+ * cannot be filled. Returns whether this call mapped the faulting page:
+ * if not, another thread was first (EEXIST), or the access is retried
+ * (EAGAIN).
  */
-static void sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
+static bool sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
 		    size_t len, const char *src, bool write)
 {
 	int fd = r->group->uffd;
 	bool copy = src || write || r->kind == REGION_HUGETLB;
 	const char *from = src ? src : (const char *)r->ctx->zero_page;
+	size_t ps = r->page_size;
+	uintptr_t done;
 	ssize_t n;
 
 	n = copy ? uffd_copy(fd, start, from, len, 0)
 		 : uffd_zeropage(fd, start, len, 0);
-	if (n > 0 && len > r->page_size) /* as fault_around() counts them */
-		stat_add_shared(r->bg_stats, ST_AROUND,
-				(uint64_t)n / r->page_size -
-					(n == (ssize_t)len));
-	if (n == (ssize_t)len)
-		return;
-	if (len > r->page_size)
+	done = start + (n > 0 ? (size_t)n / ps * ps : 0);
+	if (page < done) { /* the others, as fault_around() counts them */
+		if (done - start > ps)
+			stat_add_shared(r->bg_stats, ST_AROUND,
+					(done - start) / ps - 1);
+		return true;
+	}
+	if (done > start)
+		stat_add_shared(r->bg_stats, ST_AROUND, (done - start) / ps);
+	if (len > ps)
 		n = copy ? uffd_copy(fd, page, from + (src ? page - start : 0),
-				     r->page_size, 0)
-			 : uffd_zeropage(fd, page, r->page_size, 0);
-	/* EEXIST: another thread was first; EAGAIN: the retried access. */
+				     ps, 0)
+			 : uffd_zeropage(fd, page, ps, 0);
 	if (n == -EEXIST)
 		sig_count(r, ST_EEXIST);
+	else if (n == -EAGAIN)
+		sig_count(r, ST_EAGAIN);
+	return n == (ssize_t)ps;
 }
 
 /* The index of @addr's page in the poisoned bitmap. */
@@ -200,14 +211,14 @@ static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 	sig_count(r, ST_FAULTS);
 	sig_count(r, ST_FAST);
 	if (!r->pager) {
-		sig_count(r, ST_ZERO_FILLS);
-		sig_map(r, page, start, len, NULL, write);
+		if (sig_map(r, page, start, len, NULL, write))
+			sig_count(r, ST_ZERO_FILLS);
 		return;
 	}
 	buf = staging_get(r->sig_staging, &slot);
 	if (sig_fill(r, start, len, buf) >= 0) {
-		sig_count(r, ST_PAGER_FILLS);
-		sig_map(r, page, start, len, buf, write);
+		if (sig_map(r, page, start, len, buf, write))
+			sig_count(r, ST_PAGER_FILLS);
 	} else {
 		/* Never zeros: the retried access finds a poisoned page (or,
 		 * before UFFDIO_POISON, an inaccessible one: SIGSEGV). */
@@ -280,16 +291,56 @@ static void on_sigbus(int sig, siginfo_t *info, void *ucontext)
  * Registration (ordinary context).
  */
 
-static void install(void)
+static bool action_is(const struct sigaction *a, const struct sigaction *b)
 {
-	struct sigaction sa = {
+	return (a->sa_flags & SA_SIGINFO) == (b->sa_flags & SA_SIGINFO) &&
+	       a->sa_handler == b->sa_handler; /* the union's pointer */
+}
+
+static bool action_is_default(const struct sigaction *a)
+{
+	return !(a->sa_flags & SA_SIGINFO) &&
+	       (a->sa_handler == SIG_DFL || a->sa_handler == SIG_IGN);
+}
+
+/*
+ * handler_check_locked() - make sure a SIGBUS of the region being added
+ * reaches on_sigbus(), checked at every creation rather than once per
+ * process. Ours is installed, chaining to the action it finds, when that
+ * action is the default, "ignore", or what ours chained to before - what
+ * the program had before the library, put back once its same-thread
+ * regions were gone - and at the first creation. Any other handler was
+ * installed by the program since ours: it stays (it calls faultd_sigbus()
+ * first, faultd_sigbus(3); and it may chain to ours, which chaining back
+ * to it would turn into a loop).
+ * Context: slots_lock.
+ */
+static int handler_check_locked(const struct faultd_region *r)
+{
+	struct sigaction cur, sa = {
 		.sa_sigaction = on_sigbus,
 		.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK,
 	};
 
+	if (sigaction(SIGBUS, NULL, &cur) < 0)
+		return -errno;
+	if (action_is(&cur, &sa))
+		return 0;
+	if (installed_once && !action_is_default(&cur) &&
+	    !action_is(&cur, &old_action)) {
+		fd_dbg(r->ctx, "%s: SIGBUS goes to the program's handler, "
+			       "which calls faultd_sigbus() first",
+		       r->name);
+		return 0;
+	}
+	old_action = cur;
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGBUS, &sa, &old_action) < 0)
-		install_err = -errno;
+	if (sigaction(SIGBUS, &sa, NULL) < 0)
+		return -errno;
+	if (installed_once)
+		fd_dbg(r->ctx, "%s: SIGBUS handler installed again", r->name);
+	installed_once = true;
+	return 0;
 }
 
 static void staging_free(struct sig_staging *st)
@@ -331,20 +382,9 @@ static int staging_alloc(struct faultd_region *r)
 	return 0;
 }
 
-/*
- * sigbus_add() - make @r reachable from the SIGBUS handler (installed on
- * first use). Context: @r mapped and registered, not yet returned.
- */
-int sigbus_add(struct faultd_region *r)
+/* A free slot of the table for @r, or -ENOSPC. Context: slots_lock. */
+static int slot_take_locked(struct faultd_region *r)
 {
-	int ret = -ENOSPC;
-
-	pthread_once(&install_once, install);
-	if (install_err)
-		return install_err;
-	if (r->pager && staging_alloc(r) < 0)
-		return -ENOMEM;
-	pthread_mutex_lock(&slots_lock);
 	for (int i = 0; i < SIGBUS_SLOTS; i++) {
 		struct sigbus_slot *s = &slots[i];
 
@@ -356,9 +396,27 @@ int sigbus_add(struct faultd_region *r)
 		if (i >= atomic_load(&slots_used))
 			atomic_store(&slots_used, i + 1);
 		r->sig_slot = i;
-		ret = 0;
-		break;
+		return 0;
 	}
+	return -ENOSPC;
+}
+
+/*
+ * sigbus_add() - make @r reachable from the SIGBUS handler (installed
+ * again if it must be, see handler_check_locked()).
+ * Context: @r mapped and registered, not yet returned.
+ */
+int sigbus_add(struct faultd_region *r)
+{
+	int ret;
+
+	clear_setup(); /* the handler clears short fills */
+	if (r->pager && staging_alloc(r) < 0)
+		return -ENOMEM;
+	pthread_mutex_lock(&slots_lock);
+	ret = handler_check_locked(r);
+	if (!ret)
+		ret = slot_take_locked(r);
 	pthread_mutex_unlock(&slots_lock);
 	return ret;
 }

@@ -3,7 +3,9 @@
 # for about MINUTES minutes, the nine uffd-stress configurations of
 # tests/stress.c, the nine races of tests/window.c and the load suite's
 # churn, each configuration or race given an eighteenth of four fifths of
-# the time and the churn a tenth, repeated until the time is up. A
+# the time and the churn a tenth, repeated until the time is up; each pass
+# also runs the race tests of the dirty and faults suites (discards against
+# writers, aborts counted per region) for as long as a configuration. A
 # configuration runs at most 480 s at a time (its Criterion timeout is
 # 600 s), so long runs are made of passes. Stops at the first failure.
 #
@@ -27,6 +29,15 @@ while :; do
 		echo "stress: pass $pass FAILED (log: $build/meson-logs/testlog.txt)"
 		exit 1
 	}
+	# The race tests of other suites, each for as long as a configuration.
+	for race in dirty:'dirty/discard_races_writers_*' \
+		faults:'faults/aborts_and_misses_counted_in_their_region'; do
+		FAULTD_STRESS_SECONDS=$secs "$build/tests/test-${race%%:*}" \
+			--filter "${race#*:}" || {
+			echo "stress: pass $pass FAILED (${race#*:})"
+			exit 1
+		}
+	done
 	[ "$(date +%s)" -lt "$end" ] || break
 done
 echo "stress: $pass passes in $(( (minutes * 60 - end + $(date +%s)) / 60 )) min, all passed"

@@ -6,7 +6,8 @@
  * (writers stop at each collection), and complete while writers keep
  * running (every page written is reported, nothing else is); both modes
  * report the same sets for the same writes. The write hook sees a page's
- * old content before the write lands. Bad input gets exact errors.
+ * old content before the write lands. Discards forget their pages' writes
+ * exactly, also while writers race them. Bad input gets exact errors.
  */
 #include <criterion/criterion.h>
 
@@ -443,4 +444,173 @@ Test(dirty, bad_input_exact_errors)
 	o.group = g;
 	cr_expect_eq(faultd_region_create(ctx, &o, &x), -EINVAL);
 	faultd_ctx_destroy(ctx);
+}
+
+/*
+ * faultd_region_discard() forgets the writes to the pages it drops, in
+ * both modes: after written and never-written pages of a tracked region
+ * are discarded, a collection reports exactly the written pages outside
+ * the discarded range; reading the discarded pages again fills them
+ * clean, and only a new write makes one of them dirty.
+ */
+static void discard_forgets(uint64_t mode, uint64_t kind)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_region *r = tracked(ctx, mode, kind, NULL, NULL);
+	char *base = faultd_region_base(r);
+	uint64_t want[WORDS] = { 0 }, got[WORDS];
+	volatile char sink = 0;
+
+	for (size_t p = 0; p < NPAGES; p++)
+		sink ^= base[p * PAGE];
+	cr_assert_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	/* Every third page written; pages [256, 512) discarded. */
+	for (size_t p = 0; p < NPAGES; p += 3) {
+		base[p * PAGE + 1] = 1;
+		if (p < 256 || p >= 512)
+			want[p / 64] |= 1ull << (p % 64);
+	}
+	cr_assert_eq(faultd_region_discard(r, 256 * PAGE, 256 * PAGE), 0);
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got),
+		     (ssize_t)popcount_bitmap(want));
+	cr_expect_arr_eq(got, want, sizeof(got));
+	/* Filled again for reads: clean. */
+	for (size_t p = 256; p < 512; p++)
+		cr_expect_eq(base[p * PAGE + 64],
+			     (char)pattern_word(5, p * PAGE + 64));
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	/* A discarded range never touched again is clean too. */
+	cr_assert_eq(faultd_region_discard(r, 256 * PAGE, 256 * PAGE), 0);
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	base[300 * PAGE] = 1;
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 1);
+	cr_expect_eq(got[300 / 64], 1ull << (300 % 64));
+	(void)sink;
+	faultd_ctx_destroy(ctx);
+}
+
+Test(dirty, discard_forgets_writes_sync_anon, .timeout = 60)
+{
+	discard_forgets(FAULTD_REGION_WP, 0);
+}
+
+Test(dirty, discard_forgets_writes_async_anon, .timeout = 60)
+{
+	discard_forgets(FAULTD_REGION_WP_ASYNC, 0);
+}
+
+Test(dirty, discard_forgets_writes_sync_memfd, .timeout = 60)
+{
+	discard_forgets(FAULTD_REGION_WP, FAULTD_REGION_MEMFD);
+}
+
+Test(dirty, discard_forgets_writes_async_memfd, .timeout = 60)
+{
+	discard_forgets(FAULTD_REGION_WP_ASYNC, FAULTD_REGION_MEMFD);
+}
+
+/*
+ * Writers keep writing pages of a range that is discarded over and over.
+ * Whenever a write lands after the discard dropped its page, the page
+ * keeps it and must be reported; a page discarded last is the pager's
+ * again and must not be. So once the writers stop, the dirty set is
+ * exactly the set of pages whose content is not the pager's; after one
+ * more discard of the range it is empty. FAULTD_STRESS_SECONDS sets how
+ * long the writers and discards race (default 1 s).
+ */
+#define DISCARD_PAGES 256
+
+struct discard_writer {
+	char *base;
+	unsigned int seed;
+	atomic_bool *stop;
+};
+
+static void *write_discarded(void *arg)
+{
+	struct discard_writer *w = arg;
+
+	while (!atomic_load(w->stop)) {
+		size_t p = (size_t)rand_r(&w->seed) % DISCARD_PAGES;
+		uint64_t off = p * PAGE + 16;
+
+		__atomic_store_n((uint64_t *)(w->base + off),
+				 ~pattern_word(5, off), __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+static double race_seconds(void)
+{
+	const char *s = getenv("FAULTD_STRESS_SECONDS");
+	double v = s ? atof(s) : 0;
+
+	return v > 0 ? v : 1.0;
+}
+
+static void discard_races_writers(uint64_t mode, uint64_t kind)
+{
+	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_region *r = tracked(ctx, mode, kind, NULL, NULL);
+	char *base = faultd_region_base(r);
+	uint64_t got[WORDS], want[WORDS] = { 0 };
+	struct discard_writer w[2];
+	atomic_bool stop = false;
+	pthread_t t[2];
+	long rounds = 0;
+	volatile char sink = 0;
+
+	for (size_t p = 0; p < NPAGES; p++)
+		sink ^= base[p * PAGE];
+	cr_assert_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	for (unsigned int i = 0; i < 2; i++) {
+		w[i] = (struct discard_writer){ .base = base, .seed = i + 1,
+						.stop = &stop };
+		cr_assert_eq(pthread_create(&t[i], NULL, write_discarded,
+					    &w[i]), 0);
+	}
+	for (uint64_t end = test_now_ns() + (uint64_t)(race_seconds() * 1e9);
+	     test_now_ns() < end; rounds++)
+		cr_assert_eq(faultd_region_discard(r, 0,
+						   DISCARD_PAGES * PAGE), 0);
+	atomic_store(&stop, true);
+	for (unsigned int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_geq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	for (size_t p = 0; p < NPAGES; p++) {
+		uint64_t off = p * PAGE + 16;
+
+		if (*(uint64_t *)(base + off) != pattern_word(5, off))
+			want[p / 64] |= 1ull << (p % 64);
+	}
+	for (size_t i = 0; i < WORDS; i++)
+		cr_expect_eq(got[i], want[i], "pages %zu-%zu: reported %#llx, "
+			     "written %#llx", i * 64, i * 64 + 63,
+			     (unsigned long long)got[i],
+			     (unsigned long long)want[i]);
+	cr_log_info("%ld discards under writers", rounds);
+	cr_assert_eq(faultd_region_discard(r, 0, DISCARD_PAGES * PAGE), 0);
+	cr_expect_eq(faultd_region_dirty(r, 0, NPAGES * PAGE, got), 0);
+	(void)sink;
+	faultd_ctx_destroy(ctx);
+}
+
+Test(dirty, discard_races_writers_sync, .timeout = 600)
+{
+	discard_races_writers(FAULTD_REGION_WP, 0);
+}
+
+Test(dirty, discard_races_writers_async, .timeout = 600)
+{
+	discard_races_writers(FAULTD_REGION_WP_ASYNC, 0);
+}
+
+Test(dirty, discard_races_writers_sync_memfd, .timeout = 600)
+{
+	discard_races_writers(FAULTD_REGION_WP, FAULTD_REGION_MEMFD);
+}
+
+Test(dirty, discard_races_writers_async_memfd, .timeout = 600)
+{
+	discard_races_writers(FAULTD_REGION_WP_ASYNC, FAULTD_REGION_MEMFD);
 }

@@ -289,6 +289,39 @@ Test(heap, growth_over_poisoned_pages_gives_zeros)
 	faultd_ctx_destroy(ctx);
 }
 
+/*
+ * An access above the break is the heap's documented contract (SIGBUS),
+ * not a failure of the library: it is logged at debug level, never as an
+ * error or a warning.
+ */
+Test(heap, access_above_the_break_logged_at_debug_level)
+{
+	static struct log_capture log = LOG_CAPTURE_INIT;
+	struct faultd_ctx_opts co = { .size = sizeof(co),
+				      .log = log_capture_fn,
+				      .log_arg = &log,
+				      .log_level = FAULTD_LOG_DEBUG };
+	struct sigaction sa = { .sa_handler = on_sigbus };
+	struct faultd_ctx *ctx;
+	struct faultd_heap *h;
+	volatile char *base;
+	int sig;
+
+	cr_assert_eq(faultd_ctx_create(&co, &ctx), 0);
+	h = make_heap(ctx, HEAP_MAX, 0);
+	base = faultd_heap_base(h);
+	sigaction(poison_signal(), &sa, NULL);
+	sig = sigsetjmp(bus_jmp, 1);
+	if (!sig)
+		(void)base[7 * PAGE];
+	cr_assert_eq(sig, poison_signal());
+	faultd_ctx_destroy(ctx);
+	cr_expect_eq(log_count(&log, "above the break", FAULTD_LOG_DEBUG), 1,
+		     "%d lines", log.n);
+	cr_expect_eq(log_count(&log, "", FAULTD_LOG_WARNING), 0,
+		     "first line: level %d: %s", log.level[0], log.line[0]);
+}
+
 /* ------------------------------------------------------------------------
  * Concurrent sbrk: every allocation distinct, nothing lost.
  */

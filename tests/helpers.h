@@ -2,7 +2,8 @@
 /*
  * helpers.h - what the test programs share: the content pattern pagers
  * write, a pattern pager, thread start/join, a rendezvous with a deadline,
- * and a child-process runner for tests that expect a signal.
+ * a log callback that keeps lines, and a child-process runner for tests
+ * that expect a signal.
  */
 #ifndef FAULTD_TEST_HELPERS_H
 #define FAULTD_TEST_HELPERS_H
@@ -126,6 +127,49 @@ static inline int poison_signal(void)
 	if (faultd_probe(&f) == 0 && !(f.have & FAULTD_HAVE_POISON))
 		return SIGSEGV;
 	return SIGBUS;
+}
+
+/*
+ * A log callback that keeps the first LOG_LINES lines it gets, with their
+ * levels; any thread may call it. Initialize with LOG_CAPTURE_INIT.
+ */
+#define LOG_LINES 64
+
+struct log_capture {
+	pthread_mutex_t lock;
+	int n; /* lines received, kept or not */
+	int level[LOG_LINES];
+	char line[LOG_LINES][256];
+};
+
+#define LOG_CAPTURE_INIT { .lock = PTHREAD_MUTEX_INITIALIZER }
+
+static inline void log_capture_fn(void *arg, int level, const char *msg)
+{
+	struct log_capture *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->n < LOG_LINES) {
+		c->level[c->n] = level;
+		snprintf(c->line[c->n], sizeof(c->line[0]), "%s", msg);
+	}
+	c->n++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* How many kept lines contain @needle at a level of at most @max (the
+ * levels are syslog's: lower is more severe); -1 for @max: any level. */
+static inline int log_count(struct log_capture *c, const char *needle,
+			    int max)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (int i = 0; i < c->n && i < LOG_LINES; i++)
+		found += (max < 0 || c->level[i] <= max) &&
+			 strstr(c->line[i], needle) != NULL;
+	pthread_mutex_unlock(&c->lock);
+	return found;
 }
 
 /* FAULTD_HAVE_* of this kernel (0 if userfaultfd is unavailable). */

@@ -2,10 +2,14 @@
 /*
  * image.c - checkpoint images and restoring from them in the process:
  * content byte for byte, zeros that take no space, incremental images,
- * and every kind of damage refused or poisoned, never served.
+ * and every kind of damage refused or poisoned, never served; a
+ * checkpoint written by an unprivileged user.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <dirent.h>
+#include <grp.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "helpers.h"
@@ -362,4 +366,190 @@ Test(image, bad_arguments)
 	cr_assert_eq(faultd_restore(NULL, path_of("a"), NULL, &x), -EINVAL);
 	cr_assert_eq(faultd_restore_wait(r), -EINVAL, "not a restored region");
 	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * Unprivileged checkpoints
+ */
+
+#define NOBODY 65534
+
+/* What an unprivileged child reports in its exit status. */
+enum {
+	CHILD_OK,
+	CHILD_SKIP = 77,	/* no userfaultfd of any kind */
+	CHILD_SETUP = 90,	/* a context or region could not be made */
+	CHILD_CONTENT = 91,	/* the restored content is wrong */
+	CHILD_PRIVILEGED = 92,	/* root could not be dropped */
+	CHILD_CKPT = 100,	/* + the checkpoint's errno */
+};
+
+/* Give up root for good: groups, gid, uid; no capability is left. */
+static bool drop_root(void)
+{
+	return !setgroups(0, NULL) && !setresgid(NOBODY, NOBODY, NOBODY) &&
+	       !setresuid(NOBODY, NOBODY, NOBODY) && geteuid() == NOBODY;
+}
+
+/* Checkpoint @r to @img, restore it and compare with the region. */
+static int roundtrip_as_user(struct faultd_ctx *ctx, struct faultd_region *r,
+			     const char *img)
+{
+	struct faultd_restore_opts o = { .size = sizeof(o) };
+	size_t len = faultd_region_size(r);
+	struct faultd_region *x;
+	int ret = faultd_checkpoint(r, img, NULL);
+
+	if (ret < 0)
+		return CHILD_CKPT + (-ret & 0x7f);
+	if (faultd_restore(ctx, img, &o, &x) || faultd_restore_wait(x))
+		return CHILD_SETUP;
+	return memcmp(faultd_region_base(r), faultd_region_base(x), len)
+		       ? CHILD_CONTENT
+		       : CHILD_OK;
+}
+
+/*
+ * Two regions whose blocks each hold a filled page with non-zero bytes
+ * followed by pages never touched: a pager region (every page has
+ * content) and a zero-fill region where only the first page of each
+ * block was written.
+ */
+static void unprivileged_child(void *arg)
+{
+	const char *sub = arg;
+	struct faultd_pager pp = pattern_pager(TAG, FAULTD_PAGER_CONCURRENT);
+	struct faultd_region_opts o = { .size = sizeof(o), .length = 16 * BLOCK,
+					.pager = &pp };
+	struct faultd_region *pr, *zr;
+	struct faultd_ctx *ctx;
+	char img[256];
+	char *z;
+	int ret;
+
+	if (!drop_root())
+		_exit(CHILD_PRIVILEGED);
+	if (probe_have() == 0)
+		_exit(CHILD_SKIP);
+	if (faultd_ctx_create(NULL, &ctx) || faultd_region_create(ctx, &o, &pr))
+		_exit(CHILD_SETUP);
+	(void)*(volatile char *)faultd_region_base(pr);
+	o.pager = NULL;
+	if (faultd_region_create(ctx, &o, &zr))
+		_exit(CHILD_SETUP);
+	z = faultd_region_base(zr);
+	for (size_t b = 0; b < 16; b++)
+		z[b * BLOCK + 100] = (char)(b + 1);
+	snprintf(img, sizeof(img), "%s/pager", sub);
+	ret = roundtrip_as_user(ctx, pr, img);
+	if (ret == CHILD_OK) {
+		snprintf(img, sizeof(img), "%s/zero", sub);
+		ret = roundtrip_as_user(ctx, zr, img);
+	}
+	_exit(ret);
+}
+
+Test(image, unprivileged_checkpoint_of_missing_pages)
+{
+	const char *sub = path_of("nobody");
+	int how;
+
+	cr_assert_eq(chmod(dir, 0755), 0);
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	cr_assert_eq(chown(sub, NOBODY, NOBODY), 0);
+	how = run_in_child(unprivileged_child, (void *)sub);
+	if (how == -(CHILD_SKIP + 1))
+		cr_skip_test("no userfaultfd for an unprivileged user here");
+	cr_assert_eq(how, -(CHILD_OK + 1),
+		     "the unprivileged child ended with %d (exit status %d; "
+		     "%d + errno: the checkpoint failed)",
+		     how, -how - 1, CHILD_CKPT);
+	cr_assert_eq(access(path_of("nobody/zero"), F_OK), 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Failed checkpoints leave nothing behind
+ */
+
+/* The number of entries of directory @d besides "." and "..". */
+static int entries_of(const char *d)
+{
+	DIR *dp = opendir(d);
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(dp, "opendir %s: %s", d, strerror(errno));
+	while ((e = readdir(dp)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(dp);
+	return n;
+}
+
+/*
+ * A parent that is a FIFO (no writer will ever come), missing, or not an
+ * image: the incremental checkpoint fails at once with the error of
+ * opening it, and makes no file. This test's timeout is short: a
+ * checkpoint that opened the FIFO for reading would wait for a writer.
+ */
+Test(image, bad_parent_fails_at_once_and_leaves_nothing, .timeout = 20)
+{
+	struct faultd_ctx *ctx = ctx_new();
+	struct faultd_region *r = sample_region(ctx, 8 * BLOCK,
+						FAULTD_REGION_WP);
+	const char *sub = path_of("badparent");
+	char fifo[256], notimg[256], missing[256], img[256];
+	struct faultd_checkpoint_opts o = { .size = sizeof(o),
+					    .flags = FAULTD_CKPT_INCREMENTAL,
+					    .parent = fifo };
+
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", sub);
+	snprintf(notimg, sizeof(notimg), "%s/notimg", sub);
+	snprintf(missing, sizeof(missing), "%s/missing", sub);
+	snprintf(img, sizeof(img), "%s/inc", sub);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_assert_eq(faultd_checkpoint(r, img, &o), -EINVAL, "FIFO parent");
+	o.parent = missing;
+	cr_assert_eq(faultd_checkpoint(r, img, &o), -ENOENT, "no parent");
+	cr_assert_eq(close(open(notimg, O_CREAT | O_WRONLY, 0600)), 0);
+	o.parent = notimg;
+	cr_assert_eq(faultd_checkpoint(r, img, &o), -EINVAL, "empty parent");
+	cr_assert_eq(entries_of(sub), 2, "only the FIFO and the empty file");
+	faultd_ctx_destroy(ctx);
+}
+
+/* Checkpoint @arg's region with files limited to 256 KiB: EFBIG. */
+static void fsize_limited_child(void *arg)
+{
+	const char *img = arg;
+	struct rlimit rl = { .rlim_cur = 4 * BLOCK, .rlim_max = 4 * BLOCK };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.length = 32 * BLOCK };
+	int ret;
+
+	signal(SIGXFSZ, SIG_IGN);
+	if (faultd_ctx_create(NULL, &ctx) || faultd_region_create(ctx, &o, &r))
+		_exit(CHILD_SETUP);
+	pattern_fill(TAG, 0, faultd_region_base(r), 32 * BLOCK);
+	if (setrlimit(RLIMIT_FSIZE, &rl))
+		_exit(CHILD_SETUP);
+	ret = faultd_checkpoint(r, img, NULL);
+	_exit(ret < 0 ? CHILD_CKPT + (-ret & 0x7f) : CHILD_OK);
+}
+
+/* A checkpoint that fails while it writes its data removes its file. */
+Test(image, failed_write_leaves_nothing)
+{
+	const char *sub = path_of("efbig");
+	char img[256];
+	int how;
+
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	snprintf(img, sizeof(img), "%s/full", sub);
+	how = run_in_child(fsize_limited_child, img);
+	cr_assert_eq(how, -(CHILD_CKPT + EFBIG + 1),
+		     "the child ended with %d, not EFBIG", how);
+	cr_assert_eq(entries_of(sub), 0, "the temporary file is gone");
 }

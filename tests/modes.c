@@ -6,7 +6,9 @@
  * same-thread resolution in SIGBUS handlers, fault-around - passes the
  * content test: several threads fault every page of zero-fill and pager
  * regions, every byte is checked. Same-thread regions coexist with the
- * application's SIGBUS handler. Fault-around stays inside its region and
+ * application's SIGBUS handler, also when it puts back the default action
+ * or its own handler between regions; the handler never does faultd_clear()'s
+ * set-up. Fault-around stays inside its region and
  * never replaces a present page.
  */
 #include <criterion/criterion.h>
@@ -100,6 +102,13 @@ static void content_in_mode(struct faultd_region_opts o)
 		     (unsigned long long)s.pager_fills,
 		     (unsigned long long)s.no_region,
 		     (unsigned long long)s.eagain);
+	/* Every page installed once, by its fault or a fault-around. */
+	cr_expect_eq(s.zero_fills + s.pager_fills + s.around, LEN / PAGE,
+		     "zero %llu pager %llu around %llu eexist %llu",
+		     (unsigned long long)s.zero_fills,
+		     (unsigned long long)s.pager_fills,
+		     (unsigned long long)s.around,
+		     (unsigned long long)s.eexist);
 	cr_expect_eq(s.poisoned, 0);
 	faultd_ctx_destroy(ctx);
 }
@@ -276,6 +285,273 @@ Test(modes, same_thread_pager_error_is_fatal_sigbus_not_zeros, .timeout = 30)
 	int how = run_in_child(same_thread_pager_error, NULL);
 
 	cr_expect_eq(how, poison_signal(), "child ended with %d", how);
+}
+
+/*
+ * Two threads fault each page of a same-thread region at once; the pager
+ * holds the first fill of a page until the second arrives, so both
+ * SIGBUS handlers fill it and one loses (EEXIST). The counters say what
+ * was installed: one pager fill a page, one EEXIST a page.
+ */
+struct st_race {
+	atomic_int entered[64];
+	struct faultd_region *r;
+	pthread_barrier_t bar;
+	size_t bad[2];
+};
+
+static ssize_t st_race_fill(void *arg, struct faultd_region *r, uint64_t off,
+			    void *buf, size_t len)
+{
+	struct st_race *sr = arg;
+	atomic_int *e = &sr->entered[off / PAGE % 64];
+
+	atomic_fetch_add(e, 1);
+	wait_at_least(e, 2, 10000);
+	pattern_fill(9, off, buf, len);
+	return (ssize_t)len;
+}
+
+struct st_racer {
+	struct st_race *sr;
+	unsigned int idx;
+};
+
+static void *st_race_touch(void *arg)
+{
+	struct st_racer *t = arg;
+	const char *base = faultd_region_base(t->sr->r);
+
+	for (size_t pg = 0; pg < 64; pg++) {
+		pthread_barrier_wait(&t->sr->bar);
+		t->sr->bad[t->idx] +=
+			pattern_check(9, pg * PAGE, base + pg * PAGE, PAGE);
+	}
+	return NULL;
+}
+
+Test(modes, same_thread_race_counts_installed_pages, .timeout = 60)
+{
+	static struct st_race sr;
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_SIGNAL_SAFE,
+				  .fill = st_race_fill,
+				  .arg = &sr };
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_SAME_THREAD,
+					.length = 64 * PAGE,
+					.pager = &p };
+	struct faultd_stats s = { .size = sizeof(s) };
+	struct st_racer t[2];
+	struct faultd_ctx *ctx;
+	pthread_t th[2];
+	int ret;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	ret = faultd_region_create(ctx, &o, &sr.r);
+	if (ret == -EOPNOTSUPP)
+		cr_skip_test("no UFFD_FEATURE_SIGBUS on this kernel");
+	cr_assert_eq(ret, 0);
+	pthread_barrier_init(&sr.bar, NULL, 2);
+	for (unsigned int i = 0; i < 2; i++) {
+		t[i] = (struct st_racer){ .sr = &sr, .idx = i };
+		cr_assert_eq(pthread_create(&th[i], NULL, st_race_touch, &t[i]),
+			     0);
+	}
+	for (unsigned int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		cr_expect_eq(sr.bad[i], 0);
+	}
+	/* Counted in the faulting threads, which have returned. */
+	cr_assert_eq(faultd_region_stats(sr.r, &s), 0);
+	for (int i = 0; i < 64; i++)
+		cr_expect_eq(atomic_load(&sr.entered[i]), 2, "page %d", i);
+	cr_expect_eq(s.faults, 128);
+	cr_expect_eq(s.pager_fills, 64, "%llu pager fills for 64 pages",
+		     (unsigned long long)s.pager_fills);
+	cr_expect_eq(s.eexist, 64);
+	pthread_barrier_destroy(&sr.bar);
+	faultd_ctx_destroy(ctx);
+}
+
+/*
+ * Each same-thread region checks the SIGBUS handler when it is created. A
+ * program that put back the default action (or the handler it had before
+ * the library's) once its same-thread regions were gone gets the
+ * library's handler again with its next one; a handler the program
+ * installed after the library's (which calls faultd_sigbus() first) stays.
+ */
+static struct faultd_region *same_thread_or_exit(struct faultd_ctx *ctx)
+{
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_SAME_THREAD,
+					.length = 64 * PAGE,
+					.pager = &safe_pager };
+	struct faultd_region *r;
+	int ret = faultd_region_create(ctx, &o, &r);
+
+	if (ret == -EOPNOTSUPP)
+		_exit(77);
+	if (ret)
+		_exit(10);
+	return r;
+}
+
+/* 0 if page @pg of @r reads as the pager's, 1 if not, 2 if the program's
+ * handler got the fault. */
+static int read_checked(struct faultd_region *r, size_t pg)
+{
+	if (sigsetjmp(app_jmp, 1))
+		return 2;
+	return pattern_check(9, pg * PAGE,
+			     (char *)faultd_region_base(r) + pg * PAGE,
+			     PAGE) != 0;
+}
+
+static void default_put_back(void *arg)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+
+	(void)arg;
+	if (faultd_ctx_create(NULL, &ctx))
+		_exit(10);
+	r = same_thread_or_exit(ctx);
+	if (read_checked(r, 1))
+		_exit(11);
+	faultd_region_destroy(r);
+	signal(SIGBUS, SIG_DFL);
+	r = same_thread_or_exit(ctx);
+	_exit(read_checked(r, 2) ? 12 : 0); /* old: killed by SIGBUS */
+}
+
+Test(modes, sigbus_handler_back_after_default_restored, .timeout = 30)
+{
+	int how = run_in_child(default_put_back, NULL);
+
+	if (how == -78)
+		cr_skip_test("no UFFD_FEATURE_SIGBUS on this kernel");
+	cr_expect_eq(how, -1, "child ended with %d (> 0: that signal; "
+			      "-1 - n: exit status n)", how);
+}
+
+static void previous_put_back(void *arg)
+{
+	struct sigaction sa = { .sa_sigaction = app_handler,
+				.sa_flags = SA_SIGINFO | SA_NODEFER };
+	volatile char *outside = arg;
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+
+	sigaction(SIGBUS, &sa, NULL);
+	if (faultd_ctx_create(NULL, &ctx))
+		_exit(10);
+	r = same_thread_or_exit(ctx);
+	if (read_checked(r, 1))
+		_exit(11);
+	faultd_region_destroy(r);
+	sigaction(SIGBUS, &sa, NULL); /* what it had before the library */
+	r = same_thread_or_exit(ctx);
+	if (read_checked(r, 2))
+		_exit(12); /* old: the program's handler got the fault */
+	if (app_sigbus_calls)
+		_exit(13);
+	if (!sigsetjmp(app_jmp, 1))
+		(void)*outside;
+	_exit(app_sigbus_calls == 1 ? 0 : 14);
+}
+
+Test(modes, sigbus_handler_back_after_previous_restored, .timeout = 30)
+{
+	int how = run_in_child(previous_put_back, (void *)beyond_eof());
+
+	if (how == -78)
+		cr_skip_test("no UFFD_FEATURE_SIGBUS on this kernel");
+	cr_expect_eq(how, -1, "child ended with %d (> 0: that signal; "
+			      "-1 - n: exit status n)", how);
+}
+
+Test(modes, sigbus_handler_installed_after_stays, .timeout = 30)
+{
+	struct sigaction sa = { .sa_sigaction = app_handler_first,
+				.sa_flags = SA_SIGINFO | SA_NODEFER }, cur;
+	struct faultd_ctx *ctx;
+	struct faultd_region *r1, *r2;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	r1 = same_thread_region(ctx);
+	sigaction(SIGBUS, &sa, NULL);
+	r2 = same_thread_region(ctx);
+	cr_assert_eq(sigaction(SIGBUS, NULL, &cur), 0);
+	cr_expect(cur.sa_sigaction == app_handler_first,
+		  "the program's handler was replaced");
+	cr_expect_eq(read_checked(r1, 4), 0);
+	cr_expect_eq(read_checked(r2, 5), 0);
+	cr_expect_eq(app_sigbus_calls, 0);
+	faultd_ctx_destroy(ctx);
+}
+
+/*
+ * faultd_clear()'s one-time set-up (calibration, FAULTD_CLEAR) is done
+ * when a same-thread region is created, never in the SIGBUS handler of a
+ * fault that clears the tail of a short fill: FAULTD_CLEAR, which the
+ * set-up reads, says rep-stosb at the creation and memset at the fault.
+ */
+static ssize_t half_fill(void *arg, struct faultd_region *r, uint64_t off,
+			 void *buf, size_t len)
+{
+	pattern_fill(9, off, buf, len / 2);
+	return (ssize_t)(len / 2);
+}
+
+static void clear_set_up_child(void *arg)
+{
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_SIGNAL_SAFE,
+				  .fill = half_fill };
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = FAULTD_REGION_SAME_THREAD,
+					.length = 16 * PAGE,
+					.pager = &p };
+	struct faultd_clear_info info = { .size = sizeof(info) };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	const char *b;
+	int ret;
+
+	(void)arg;
+	setenv("FAULTD_CLEAR", "rep-stosb", 1);
+	if (faultd_ctx_create(NULL, &ctx))
+		_exit(10);
+	ret = faultd_region_create(ctx, &o, &r);
+	if (ret == -EOPNOTSUPP)
+		_exit(77);
+	if (ret)
+		_exit(10);
+	setenv("FAULTD_CLEAR", "memset", 1);
+	b = faultd_region_base(r);
+	if (pattern_check(9, 0, b, PAGE / 2))
+		_exit(11);
+	for (size_t i = PAGE / 2; i < PAGE; i++)
+		if (b[i])
+			_exit(12);
+	if (faultd_clear_info(&info))
+		_exit(10);
+	_exit(info.forced == FAULTD_CLEAR_REP_STOSB ? 0 : 13);
+}
+
+Test(modes, clear_set_up_at_creation_not_in_handler, .timeout = 30)
+{
+	int how;
+
+#ifndef __x86_64__
+	cr_skip_test("rep stosb is an x86 strategy");
+#endif
+	how = run_in_child(clear_set_up_child, NULL);
+	if (how == -78)
+		cr_skip_test("no UFFD_FEATURE_SIGBUS on this kernel");
+	cr_expect_eq(how, -1, "child ended with %d (-14: set up in the "
+			      "signal handler)", how);
 }
 
 /* ------------------------------------------------------------------------

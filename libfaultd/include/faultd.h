@@ -773,8 +773,10 @@ int faultd_group_destroy(struct faultd_group *group);
 struct faultd_stats {
 	size_t size;		/* sizeof(struct faultd_stats) */
 	uint64_t faults;	/* page-fault messages handled */
-	uint64_t zero_fills;	/* missing faults resolved with zeros */
-	uint64_t pager_fills;	/* missing faults resolved by the pager */
+	uint64_t zero_fills;	/* missing faults whose page this fault
+				   installed as zeros */
+	uint64_t pager_fills;	/* missing faults whose page this fault
+				   installed with the pager's content */
 	uint64_t mapped;	/* resolved by mapping a page already in the
 				   page cache (UFFDIO_CONTINUE) */
 	uint64_t wp_faults;	/* write-protect faults (first writes) */
@@ -789,7 +791,7 @@ struct faultd_stats {
 	uint64_t fast;		/* resolved under the region lock alone */
 	uint64_t retry;		/* fast path needed the context lock */
 	uint64_t abort;		/* region try-lock failed (being changed) */
-	uint64_t miss;		/* RCU lookup found no region */
+	uint64_t miss;		/* RCU lookup found no region (see below) */
 	uint64_t locked;	/* resolved under the context lock */
 	uint64_t eexist;	/* already resolved by another thread: woken */
 	uint64_t eagain;	/* map changing: parked and retried */
@@ -817,8 +819,15 @@ struct faultd_stats {
  * consistent snapshot of each thread's counters, not of all of them at once.
  * A fault is counted (faults and how it was resolved) before its thread
  * resumes; what else the handler did for it (around after a window that
- * stopped short, read-ahead queued) may be counted just after. Once the
- * region is destroyed its counters are final, and in the context's.
+ * stopped short, read-ahead queued) may be counted just after. A fault is
+ * counted as resolved only by what it did: one whose fill lost a race
+ * (EEXIST), found its range gone or was parked counts as eexist, gone, or
+ * as what its retry did - so zero_fills + pager_fills + around are the
+ * pages installed, exactly once the region is idle (a loser takes its
+ * count back after the winner woke the thread). abort and miss are counted
+ * in the region the fault then finds under the context lock, or only in
+ * the context when it finds none (nearly every miss). Once the region is
+ * destroyed its counters are final, and in the context's.
  * *stats is filled up to the smaller of stats->size and ours, and
  * stats->size is set to that.
  * Returns 0, or -EINVAL (NULL argument, stats->size smaller than a

@@ -1,9 +1,10 @@
 #!/bin/sh
 # consumer.sh - the library as an outside program sees it. Install the
-# build into a temporary DESTDIR; check that the shared and static library,
-# faultd.h, libfaultd.pc and the man pages land where they belong; then
-# build every program of examples/ against the installed copy only, with
-# pkg-config (PKG_CONFIG_SYSROOT_DIR pointing into the DESTDIR), run them
+# build into a temporary DESTDIR; check that nothing is installed outside
+# the prefix, and that the shared and static library, faultd.h,
+# libfaultd.pc, the man pages and the systemd units land where they
+# belong; then build every program of examples/ against the installed
+# copy only, with pkg-config (PKG_CONFIG_SYSROOT_DIR pointing into the DESTDIR), run them
 # with LD_LIBRARY_PATH set to the installed lib dir, and link one against
 # the static library with "pkg-config --static".
 #
@@ -30,8 +31,10 @@ dest=$tmp/destdir
 eval "$(python3 - "$tmp/options.json" <<'EOF'
 import json, os, sys
 opts = {o["name"]: o["value"] for o in json.load(open(sys.argv[1]))}
-for name in ("libdir", "includedir", "mandir"):
+for name in ("libdir", "includedir", "mandir", "sbindir"):
     print("%s='%s'" % (name, os.path.join(opts["prefix"], opts[name])))
+print("prefix='%s'" % opts["prefix"])
+print("unitdir='%s'" % opts.get("systemdunitdir", ""))
 print("sanitize='%s'" % opts.get("b_sanitize", "none"))
 EOF
 )"
@@ -56,6 +59,23 @@ EOF
 )
 [ -z "$missing" ] || bail "not built (run ninja -C $build first):" $missing
 
+# Nothing goes outside the prefix unless the build was told so.
+outside=$(python3 - "$tmp/installed.json" "$prefix" <<'EOF'
+import json, os, sys
+prefix = os.path.join(sys.argv[2], "")
+for dest in json.load(open(sys.argv[1])).values():
+    if not dest.startswith(prefix):
+        print(dest)
+EOF
+)
+if [ -z "$unitdir" ]; then
+	check "every file installs under the prefix $prefix" test -z "$outside"
+	[ -z "$outside" ] || diag "outside the prefix:" $outside
+else
+	skip "every file installs under the prefix $prefix" \
+		"-Dsystemdunitdir=$unitdir"
+fi
+
 out=$("$meson" install -C "$build" --no-rebuild --destdir "$dest" 2>&1) || {
 	diag "$out"
 	bail "meson install --destdir failed"
@@ -76,6 +96,13 @@ check "libfaultd.so links to libfaultd.so.$soversion" \
 	test "$(readlink "$lib/libfaultd.so")" = "libfaultd.so.$soversion"
 check "libfaultd.a in $libdir" test -f "$lib/libfaultd.a"
 check "libfaultd.pc in $libdir/pkgconfig" test -f "$lib/pkgconfig/libfaultd.pc"
+if [ -z "$unitdir" ]; then
+	units=$dest$prefix/lib/systemd/system
+	check "faultd.socket in $prefix/lib/systemd/system" \
+		test -f "$units/faultd.socket"
+	check "faultd.service there starts $sbindir/faultd" \
+		grep -qx "ExecStart=$sbindir/faultd" "$units/faultd.service"
+fi
 
 man_missing=""
 for page in "$src"/man/*.[1-9]; do
