@@ -280,6 +280,8 @@ int fdp_register(int sock, const struct proto_register *m, int *fds,
 	fdp_name(s);
 	s->kind = &fdp_kind;
 	s->peer_fd = sock;
+	/* Kept before the client hears of it: from then on it may fault. */
+	session_persist(s);
 	proto_init(&ack.h, MSG_ACK, sizeof(ack));
 	ack.session = s->id;
 	ack.pages_total = f.sp->nr_pages;

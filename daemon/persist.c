@@ -56,6 +56,12 @@ struct kspace {
 	uint64_t seg_off, done_off, zero_off, fixed_len;
 	uint64_t slot_off[2], slot_cap[2];
 	_Atomic uint64_t ranges; /* bit 63: the slot in use; below: count */
+	/* Installs under way, by source offset: a daemon killed between an
+	 * install and marking its pages done leaves them here, and the next
+	 * one installs them again (what is in is found in: EEXIST). */
+	struct {
+		_Atomic uint64_t off, len;
+	} inflight[INFLIGHT_SLOTS];
 };
 
 static size_t page_up(size_t n)
@@ -229,6 +235,35 @@ int state_restore(struct session *s, int fd, int uffd,
 	return 0;
 }
 
+/*
+ * state_inflight() - install slot @slot of @sp is about to install source
+ * [off, off + len), or (len 0) is done with it.
+ */
+void state_inflight(struct space *sp, unsigned int slot, uint64_t off,
+		    uint64_t len)
+{
+	if (!sp->state || slot >= INFLIGHT_SLOTS)
+		return;
+	if (len)
+		atomic_store(&sp->state->inflight[slot].off, off);
+	atomic_store(&sp->state->inflight[slot].len, len);
+}
+
+/* The installs a daemon before left under way: @max at most. */
+size_t state_inflight_get(const struct space *sp, uint64_t *off,
+			  uint64_t *len, size_t max)
+{
+	size_t n = 0;
+
+	for (unsigned int i = 0; sp->state && i < INFLIGHT_SLOTS && n < max;
+	     i++) {
+		len[n] = atomic_load(&sp->state->inflight[i].len);
+		off[n] = atomic_load(&sp->state->inflight[i].off);
+		n += len[n] != 0;
+	}
+	return n;
+}
+
 void state_free(struct space *sp)
 {
 	if (sp->state)
@@ -386,6 +421,8 @@ int session_persist(struct session *s)
 	if (ret)
 		dlog(0, "%s: cannot keep it outside the daemon: %s: a restart "
 			"would lose it", s->o.name, strerror(-ret));
+	else
+		s->kept = true;
 	free(fds);
 	free(r);
 	return ret;
@@ -486,9 +523,11 @@ static int spaces_adopt(struct session *s, const struct ksession *r,
 /* Wake every range: a dead daemon may have read faults it left asleep. */
 static void spaces_wake(struct session *s)
 {
-	for (struct space *sp = s->spaces; sp; sp = sp->next)
+	for (struct space *sp = s->spaces; sp; sp = sp->next) {
+		space_recheck_inflight(sp);
 		for (size_t i = 0; i < sp->nr; i++)
 			uffd_wake(sp->uffd, sp->r[i].start, sp->r[i].len);
+	}
 }
 
 static int adopt(struct session **sp, struct keep_entry *e,

@@ -49,6 +49,8 @@ struct session_opts_rec {
 	uint64_t around;
 };
 
+#define INFLIGHT_SLOTS 8	/* install slots of a space: handlers, pushers */
+
 extern struct keep *daemon_keep;
 
 void fe_kind_register(const struct fe_kind *k);
@@ -58,6 +60,10 @@ int state_restore(struct session *s, int fd, int uffd,
 		  struct source *const *srcs, size_t nr_srcs,
 		  struct space **spp);
 void state_free(struct space *sp);
+void state_inflight(struct space *sp, unsigned int slot, uint64_t off,
+		    uint64_t len);
+size_t state_inflight_get(const struct space *sp, uint64_t *off,
+			  uint64_t *len, size_t max);
 int session_persist(struct session *s);
 void session_unpersist(struct session *s);
 int session_adopt_entry(struct keep_entry *e, struct session **sp);

@@ -31,6 +31,8 @@
 #define PUSH_MAX (1ul << 20)	/* one run's most: the buffer stays in cache */
 #define PUSH_NICE 19
 #define IDLE_MS 20		/* a pass with nothing to do: wait this long */
+/* Install slots (persist.h): the handlers' first, then the pushers'. */
+#define PUSH_SLOT(p) (INFLIGHT_SLOTS - PUSHERS + (p)->k)
 
 struct pusher {
 	struct session *s;
@@ -155,7 +157,8 @@ static void push_pagewise(struct pusher *p, const struct space_run *run,
 		if (n < 0)
 			space_poison_run(sp, &one, gen, (int)n);
 		else
-			space_install_run(sp, &one, p->buf, gen, true);
+			space_install_run(sp, &one, p->buf, gen, true,
+					  PUSH_SLOT(p));
 	}
 }
 
@@ -174,7 +177,7 @@ static bool push_run(struct pusher *p, const struct space_run *run,
 		return true;
 	}
 	n = space_install_run(sp, run, run->kind == SRC_DATA ? p->buf : NULL,
-			      gen, true);
+			      gen, true, PUSH_SLOT(p));
 	if (n == -ESTALE)
 		return true; /* the ranges changed: find it again */
 	if (n == -EAGAIN) {

@@ -33,7 +33,7 @@
 #include "daemon.h"
 
 #define PROGRESS_MS 100
-#define HANDLERS_MAX 4
+#define HANDLERS_MAX 4	/* + PUSHERS install slots <= INFLIGHT_SLOTS */
 #define PARKED_TICK_MS 1
 #define NONBLOCK_STRIKES 64	/* O_NONBLOCK cleared this often: hostile */
 
@@ -50,6 +50,9 @@ static char tag_peer, tag_wake;
 /* ------------------------------------------------------------------------
  * Creating a session and adding spaces.
  */
+
+_Static_assert(HANDLERS_MAX + PUSHERS <= INFLIGHT_SLOTS,
+	       "every handler and pusher has an install slot");
 
 static unsigned int default_handlers(void)
 {
@@ -86,6 +89,8 @@ int session_create(const struct session_opts *o,
 	s->id = atomic_fetch_add(&next_id, 1);
 	s->started_ns = now_ns();
 	s->nr_handlers = o->handlers ? o->handlers : default_handlers();
+	if (s->nr_handlers > HANDLERS_MAX)
+		s->nr_handlers = HANDLERS_MAX;
 	atomic_init(&s->settled, true);
 	pthread_rwlock_init(&s->spaces_lock, NULL);
 	pthread_mutex_init(&s->push_lock, NULL);
@@ -180,6 +185,10 @@ int session_adopt_space(struct session *s, struct space *sp)
 	}
 	pthread_rwlock_unlock(&s->spaces_lock);
 	if (!ret) {
+		/* Nothing pending (an adopted space whose pages are all in):
+		 * all in now, as a last page going in would have said. */
+		if (!atomic_load(&s->pending))
+			session_note_all_in(s);
 		pthread_cond_broadcast(&s->push_cond);
 		session_wake(s);
 		if (atomic_load(&s->running)) /* a fork: keep the child too */
@@ -342,6 +351,7 @@ static int workers_start(struct session *s)
 		int ret;
 
 		w->s = s;
+		w->slot = i;
 		w->rd.owner = w;
 		w->buf_len = worker_buf_len(s);
 		w->buf = malloc(w->buf_len);
@@ -441,7 +451,7 @@ int session_run(struct session *s)
 	atomic_store(&s->running, true);
 	/* Kept before anything is served: a daemon killed from the first
 	 * fault on leaves the session to the next. */
-	if (!ret)
+	if (!ret && !s->kept)
 		session_persist(s);
 	if (!ret)
 		ret = workers_start(s);

@@ -140,6 +140,7 @@ struct session {
 	bool close_peer;	/* peer_fd is the session's to close */
 	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
 	int record_fd;		/* its record (persist.c); -1: none yet */
+	bool kept;		/* its entry has been put */
 	int peer_fd;		/* polled for the front end; -1: none */
 	uid_t uid;		/* the peer's, for faultctl */
 	pid_t pid;		/* the peer's */
@@ -187,6 +188,7 @@ struct worker {
 	pthread_t thread;
 	char *buf;		/* the largest window a fault reads */
 	size_t buf_len;
+	unsigned int slot;	/* its install slot (persist.h) */
 };
 
 /* session.c */
@@ -257,7 +259,9 @@ void space_mark_gone(struct space *sp);
 bool space_next_pending(struct space *sp, uint64_t from,
 			struct space_run *run, size_t max, uint64_t *gen);
 ssize_t space_install_run(struct space *sp, const struct space_run *run,
-			  const void *buf, uint64_t gen, bool background);
+			  const void *buf, uint64_t gen, bool background,
+			  unsigned int slot);
+void space_recheck_inflight(struct space *sp);
 void space_poison_run(struct space *sp, const struct space_run *run,
 		      uint64_t gen, int err);
 

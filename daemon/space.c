@@ -42,6 +42,7 @@
 #define AROUND_DEFAULT (64ul << 10)
 #define ZERO_AROUND (2ul << 20) /* most zeros one fault resolves */
 #define FAULT_TRIES 8		/* re-plans before a fault is parked */
+#define PUSH_BUF (1ul << 20)	/* what a re-check reads at once */
 
 /* ------------------------------------------------------------------------
  * Bits and segments.
@@ -589,6 +590,9 @@ static void install_req(struct space *sp, struct inst_req *q, uint64_t dst,
 	};
 }
 
+static int install_runs_locked(struct space *sp, const struct plan *pl,
+			       const char *buf);
+
 /*
  * install_window_locked() - install the planned window from @buf (NULL:
  * zeros), in runs of wanted pages. Returns 0, -EAGAIN (an event is
@@ -596,7 +600,19 @@ static void install_req(struct space *sp, struct inst_req *q, uint64_t dst,
  * Context: sp->lock (read), the plan still current.
  */
 static int install_window_locked(struct space *sp, const struct plan *pl,
-				 const char *buf)
+				 const char *buf, unsigned int slot)
+{
+	int ret;
+
+	state_inflight(sp, slot, pl->src, pl->len);
+	ret = install_runs_locked(sp, pl, buf);
+	state_inflight(sp, slot, 0, 0);
+	return ret;
+}
+
+/* The runs of wanted pages of the window. Context: as the caller's. */
+static int install_runs_locked(struct space *sp, const struct plan *pl,
+			       const char *buf)
 {
 	uint64_t end = pl->start + pl->len, a = pl->start;
 	size_t ps = sp->page_size;
@@ -667,7 +683,8 @@ static int fill_plan(struct space *sp, struct plan *pl, char *buf)
 
 enum { F_DONE, F_PARK, F_REPLAN };
 
-static int fault_once(struct space *sp, uint64_t page, char *buf)
+static int fault_once(struct space *sp, uint64_t page, char *buf,
+		      unsigned int slot)
 {
 	struct plan pl;
 	int ret = 0;
@@ -689,7 +706,8 @@ static int fault_once(struct space *sp, uint64_t page, char *buf)
 	if (ret)
 		poison_page_locked(sp, &pl, ret);
 	else
-		ret = install_window_locked(sp, &pl, pl.zero ? NULL : buf);
+		ret = install_window_locked(sp, &pl, pl.zero ? NULL : buf,
+					    slot);
 	pthread_rwlock_unlock(&sp->lock);
 	if (ret == -EAGAIN)
 		return F_PARK;
@@ -722,7 +740,7 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 		session_note_fault(sp->s, sp, page);
 	}
 	for (int i = 0; i < FAULT_TRIES && ret == F_REPLAN; i++)
-		ret = fault_once(sp, page, w->buf);
+		ret = fault_once(sp, page, w->buf, w->slot);
 	if (ret == F_DONE) {
 		fault_latency(sp, req);
 		return ULOOP_DONE;
@@ -833,7 +851,8 @@ bool space_next_pending(struct space *sp, uint64_t from,
  * -errno of a failed install. Context: a push thread.
  */
 ssize_t space_install_run(struct space *sp, const struct space_run *run,
-			  const void *buf, uint64_t gen, bool background)
+			  const void *buf, uint64_t gen, bool background,
+			  unsigned int slot)
 {
 	struct plan pl = {
 		.page = UINT64_MAX, .start = run->start, .len = run->len,
@@ -847,6 +866,8 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 	pthread_rwlock_rdlock(&sp->lock);
 	if (gen != sp->gen || atomic_load(&sp->dead))
 		ret = -ESTALE;
+	else
+		state_inflight(sp, slot, run->src_off, run->len);
 	while (!ret && a < end) {
 		struct inst_req q;
 		struct inst_res res;
@@ -870,6 +891,8 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 		ret = install_done(sp, &pl, a, &res, background);
 		a = b;
 	}
+	if (ret != -ESTALE)
+		state_inflight(sp, slot, 0, 0);
 	pthread_rwlock_unlock(&sp->lock);
 	return ret ? ret : pages;
 }
@@ -892,6 +915,29 @@ void space_poison_run(struct space *sp, const struct space_run *run,
 			poison_page_locked(sp, &pl, err);
 	}
 	pthread_rwlock_unlock(&sp->lock);
+}
+
+/* The part of source [off, off + len) that range @r maps, installed. */
+static void recheck_range(struct space *sp, const struct srange *r,
+			  uint64_t off, uint64_t len, char *buf)
+{
+	uint64_t a = max_u64(off, r->src_off);
+	uint64_t e = min_u64(off + len, r->src_off + r->len);
+
+	while (a < e) {
+		struct space_run run = { r->start + (a - r->src_off), 0, a,
+					 SRC_DATA };
+		uint64_t end;
+
+		run.kind = src_kind_at(sp, a, &end);
+		run.len = min_u64(min_u64(e, end) - a, PUSH_BUF);
+		if (run.kind != SRC_DATA ||
+		    source_read(sp->src, a, buf, run.len) == (ssize_t)run.len)
+			space_install_run(sp, &run,
+					  run.kind == SRC_DATA ? buf : NULL,
+					  sp->gen, true, INFLIGHT_SLOTS);
+		a += run.len;
+	}
 }
 
 /* ------------------------------------------------------------------------
@@ -1113,4 +1159,24 @@ void space_free(struct space *sp)
 	free(sp->r);
 	free(sp->seg);
 	free(sp);
+}
+
+/*
+ * space_recheck_inflight() - install again what a daemon before this one
+ * was installing when it died: its pages may be in without being marked
+ * done (then the install finds them in, EEXIST, and marks them), or not in.
+ * Context: an adopted space, before it is served.
+ */
+void space_recheck_inflight(struct space *sp)
+{
+	uint64_t off[INFLIGHT_SLOTS], len[INFLIGHT_SLOTS];
+	size_t n = state_inflight_get(sp, off, len, INFLIGHT_SLOTS);
+	char *buf = n ? malloc(PUSH_BUF) : NULL;
+
+	for (size_t k = 0; buf && k < n; k++)
+		for (size_t i = 0; i < sp->nr; i++)
+			recheck_range(sp, &sp->r[i], off[k], len[k], buf);
+	for (unsigned int k = 0; k < INFLIGHT_SLOTS; k++)
+		state_inflight(sp, k, 0, 0);
+	free(buf);
 }

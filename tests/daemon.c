@@ -694,3 +694,177 @@ Test(daemon, client_clearing_o_nonblock_loses_nothing_of_the_daemon)
 	cr_assert_eq(after.threads, before.threads);
 	cr_assert(daemon_alive());
 }
+
+/* ------------------------------------------------------------------------
+ * Restarts: the daemon killed, a new one adopts the session
+ */
+
+#define AFTER_KILL 4096 /* page completions kept after the kill point */
+
+struct restarted {
+	const char *image;
+	size_t len;
+	size_t kill_at;	/* page: tell the test when it is reached */
+	bool lazy;
+	int to_test;	/* the client writes: the kill point, its figure */
+	int from_test;	/* the test writes: when the new daemon started */
+};
+
+/*
+ * A client that reads and checks every page of its restore, in order,
+ * tells the test when it reaches page kill_at, and keeps the time each of
+ * the next pages came. Then it reads when the new daemon started and
+ * answers the time from there to its first page served after it. Exit 0:
+ * every byte right, and the daemon - the new one - finished the restore:
+ * the library never took over.
+ */
+static void restarted_main(void *arg)
+{
+	const struct restarted *c = arg;
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON |
+						  (c->lazy ? FAULTD_RESTORE_LAZY
+							   : 0),
+					 .socket = sock };
+	struct faultd_restore_progress p = { .size = sizeof(p) };
+	uint64_t *t = calloc(AFTER_KILL, sizeof(*t)), t0, first = 0;
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	char *base;
+
+	if (!t || faultd_ctx_create(NULL, &ctx) ||
+	    faultd_restore(ctx, c->image, &o, &r))
+		_exit(10);
+	base = faultd_region_base(r);
+	for (size_t i = 0; i < c->len / 4096; i++) {
+		if (i == c->kill_at && write(c->to_test, "k", 1) != 1)
+			_exit(11);
+		if (pattern_check(TAG, i * 4096, base + i * 4096, 4096))
+			_exit(12);
+		if (i >= c->kill_at && i - c->kill_at < AFTER_KILL)
+			t[i - c->kill_at] = test_now_ns();
+	}
+	if (read(c->from_test, &t0, sizeof(t0)) != sizeof(t0))
+		_exit(13);
+	for (size_t i = 0; i < AFTER_KILL && !first; i++)
+		if (t[i] >= t0)
+			first = t[i] - t0;
+	if (c->lazy) { /* no wait: DONE comes once every page faulted */
+		uint64_t end = test_now_ns() + 10000000000ull;
+
+		do
+			faultd_restore_progress(r, &p);
+		while (!p.done && test_now_ns() < end);
+	} else if (faultd_restore_wait(r) || faultd_restore_progress(r, &p)) {
+		_exit(14);
+	}
+	if (!p.done || p.daemon_died)
+		_exit(16);
+	if (write(c->to_test, &first, sizeof(first)) != sizeof(first))
+		_exit(15);
+	faultd_ctx_destroy(ctx);
+	_exit(0);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * One restore of @c with the daemon killed (kill -9) when the client
+ * reaches c->kill_at, and a new daemon started at once. Returns the time
+ * from the new daemon's start to the client's first page after it, ns.
+ */
+static uint64_t restart_once(struct restarted *c)
+{
+	int to_test[2], from_test[2];
+	uint64_t t0, first;
+	pid_t pid;
+	char k;
+
+	cr_assert_eq(pipe(to_test), 0);
+	cr_assert_eq(pipe(from_test), 0);
+	c->to_test = to_test[1];
+	c->from_test = from_test[0];
+	pid = fork();
+	if (pid == 0)
+		restarted_main(c);
+	close(to_test[1]);
+	close(from_test[0]);
+	cr_assert_eq(read(to_test[0], &k, 1), 1, "client: %d", client_wait(pid));
+	daemon_kill(daemon_pid, SIGKILL);
+	t0 = test_now_ns();
+	daemon_pid = daemon_start();
+	cr_assert_eq(write(from_test[1], &t0, sizeof(t0)), sizeof(t0));
+	if (read(to_test[0], &first, sizeof(first)) != sizeof(first))
+		cr_assert_fail("the client ended with %d", client_wait(pid));
+	cr_assert_eq(client_wait(pid), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	return first;
+}
+
+/*
+ * kill -9 of the daemon at FAULTD_RESTART_ROUNDS (20) moments of a
+ * 512 MiB lazy restore, from its first page to its last, a new daemon
+ * started each time: every byte right, the library never takes over, and
+ * the time from the new start to the first page served is reported.
+ */
+Test(daemon, restarted_daemon_adopts_the_session, .timeout = 600)
+{
+	const char *env = getenv("FAULTD_RESTART_ROUNDS");
+	unsigned int rounds = env ? (unsigned int)atoi(env) : 20;
+	struct restarted c = { make_image("restart", 512 * MIB, TAG),
+			       512 * MIB, .lazy = true };
+	uint64_t *ms = calloc(rounds, sizeof(*ms));
+
+	cr_assert(rounds > 0 && ms);
+	for (unsigned int k = 0; k < rounds; k++) {
+		c.kill_at = (c.len / 4096 - 1) * k / (rounds > 1 ? rounds - 1
+								 : 1);
+		ms[k] = restart_once(&c);
+	}
+	qsort(ms, rounds, sizeof(*ms), cmp_u64);
+	cr_log_info("restart to first page served: median %.2f ms, max "
+		    "%.2f ms (%u restarts)", (double)ms[rounds / 2] / 1e6,
+		    (double)ms[rounds - 1] / 1e6, rounds);
+	free(ms);
+}
+
+/* The same with the push running: pages in before the kill stay in. */
+Test(daemon, restarted_daemon_adopts_a_pushing_session)
+{
+	struct restarted c = { make_image("restart-push", 256 * MIB, TAG),
+			       256 * MIB };
+
+	for (unsigned int k = 0; k < 4; k++) {
+		c.kill_at = (c.len / 4096) * k / 4;
+		restart_once(&c);
+	}
+}
+
+/*
+ * The keeper killed instead of the daemon: the daemon starts another and
+ * gives it the session again; then the daemon is killed, and a new one
+ * adopts the session from the new keeper.
+ */
+Test(daemon, keeper_killed_then_daemon_restarted)
+{
+	struct restarted c = { make_image("keeper", 64 * MIB, TAG), 64 * MIB,
+			       .lazy = true, .kill_at = 4096 };
+	pid_t old, now = 0;
+	uint64_t end;
+
+	daemon_status(&old);
+	cr_assert_gt(old, 0);
+	kill(old, SIGKILL);
+	end = test_now_ns() + 20000000000ull;
+	do
+		daemon_status(&now);
+	while ((now == old || now <= 0) && test_now_ns() < end);
+	cr_assert(now > 0 && now != old, "no new keeper");
+	restart_once(&c);
+}
