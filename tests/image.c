@@ -285,7 +285,7 @@ Test(image, damaged_tables_and_versions_are_refused)
 	cr_assert_eq(try_restore(ctx, img), 0);
 	cr_assert_eq(try_restore(ctx, damaged_copy(img, "ext", (off_t)h.extents_off + 3, 1, -1)),
 		     -EBADMSG, "a flipped byte in the extent table");
-	cr_assert_eq(try_restore(ctx, damaged_copy(img, "crc", (off_t)h.crcs_off, 1, -1)),
+	cr_assert_eq(try_restore(ctx, damaged_copy(img, "crc", (off_t)h.checks_off, 1, -1)),
 		     -EBADMSG, "a flipped byte in the CRC table");
 	cr_assert_eq(try_restore(ctx, damaged_copy(img, "hdr", 40, 1, -1)),
 		     -EBADMSG, "a flipped byte in the header");
@@ -294,7 +294,7 @@ Test(image, damaged_tables_and_versions_are_refused)
 	cr_assert_eq(try_restore(ctx, damaged_copy(img, "magic", 0, 1, -1)),
 		     -EINVAL, "not an image");
 	cr_assert_eq(try_restore(ctx, damaged_copy(img, "cut", 0, 0,
-						   (off_t)h.crcs_off)),
+						   (off_t)h.checks_off)),
 		     -EBADMSG, "truncated");
 	cr_assert_eq(try_restore(ctx, damaged_copy(img, "tiny", 0, 0, 100)),
 		     -EINVAL, "shorter than a header");
