@@ -117,6 +117,29 @@ static void status(int sock)
 	free(st);
 }
 
+/*
+ * The image of a REGISTER, checked with the key it carries, if any: the
+ * image's own key (the client holds the user's key and derives it), so
+ * that the daemon checks every block as the client would and learns
+ * nothing that serves for another image. Whatever key a client sends only
+ * decides what is served into its own memory.
+ */
+static int session_image(struct session *s, const struct proto_register *m,
+			 int fd, const char **why)
+{
+	struct img_key key = { .image_key = true };
+	int ret;
+
+	if (m->flags & PROTO_REG_MAC)
+		memcpy(key.key, proto_register_key(m), PROTO_KEY_LEN);
+	ret = image_open(fd, NULL, m->flags & PROTO_REG_MAC ? &key : NULL,
+			 &s->img, why);
+	explicit_bzero(&key, sizeof(key));
+	if (ret == -EINVAL)
+		*why = "the second descriptor is not a full checkpoint image";
+	return ret;
+}
+
 /* The session of an accepted REGISTER: image checked, ranges checked. */
 static int session_new(int sock, const struct proto_register *m,
 		       const int *fds, pid_t pid, struct session **sp)
@@ -136,9 +159,7 @@ static int session_new(int sock, const struct proto_register *m,
 	if (ret)
 		why = "the first descriptor is not a userfaultfd";
 	if (!ret)
-		ret = image_open(fds[1], NULL, &s->img);
-	if (ret == -EINVAL)
-		why = "the second descriptor is not a full checkpoint image";
+		ret = session_image(s, m, fds[1], &why);
 	if (!ret && (m->flags & ~PROTO_REG_FLAGS)) {
 		ret = -EINVAL;
 		why = "unknown REGISTER flags";

@@ -132,7 +132,8 @@ static size_t expected_len(const void *buf, size_t n)
 		if (n < sizeof(*r) || !r->nr_ranges ||
 		    r->nr_ranges > PROTO_MAX_RANGES)
 			return 0;
-		return sizeof(*r) + r->nr_ranges * sizeof(r->r[0]);
+		return sizeof(*r) + r->nr_ranges * sizeof(r->r[0]) +
+		       (r->flags & PROTO_REG_MAC ? PROTO_KEY_LEN : 0);
 	case MSG_ACK:
 		return sizeof(struct proto_ack);
 	case MSG_ERROR:

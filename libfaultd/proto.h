@@ -7,7 +7,8 @@
  *   client                                   daemon
  *   HELLO {versions, features}          ->
  *                                       <-   HELLO {version, features}
- *   REGISTER {ranges} + [uffd, image]   ->   (SCM_RIGHTS, exactly two fds)
+ *   REGISTER {ranges[, key]}            ->   (SCM_RIGHTS, exactly two fds:
+ *            + [uffd, image]                  uffd, image)
  *                                       <-   ACK {session, pages} | ERROR
  *   PREFETCH {range}, STATS             ->
  *                                       <-   PROGRESS ..., DONE
@@ -36,7 +37,8 @@
 /* Features a side may offer in HELLO. */
 #define PROTO_F_PREFETCH (1ull << 0)
 #define PROTO_F_PROGRESS (1ull << 1)
-#define PROTO_FEATURES (PROTO_F_PREFETCH | PROTO_F_PROGRESS)
+#define PROTO_F_MAC (1ull << 2) /* REGISTER may carry an image key */
+#define PROTO_FEATURES (PROTO_F_PREFETCH | PROTO_F_PROGRESS | PROTO_F_MAC)
 
 enum proto_type {
 	MSG_HELLO = 1,	/* both ways: struct proto_hello */
@@ -82,7 +84,18 @@ struct proto_register {
 };
 
 #define PROTO_REG_LAZY (1u << 0) /* serve faults only: no background push */
-#define PROTO_REG_FLAGS PROTO_REG_LAZY
+/* The image is authenticated: its own key (not the user's: imgcheck.c)
+ * follows the ranges, PROTO_KEY_LEN bytes, and every block is checked
+ * with it. */
+#define PROTO_REG_MAC (1u << 1)
+#define PROTO_REG_FLAGS (PROTO_REG_LAZY | PROTO_REG_MAC)
+#define PROTO_KEY_LEN 32
+
+/* Where the key of a REGISTER with PROTO_REG_MAC is: after its ranges. */
+static inline void *proto_register_key(const struct proto_register *r)
+{
+	return (void *)&r->r[r->nr_ranges];
+}
 
 struct proto_ack {
 	struct proto_hdr h;
