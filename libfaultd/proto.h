@@ -29,7 +29,8 @@
 #include <sys/types.h>
 
 #define PROTO_MAGIC 0x31504446u /* "FDP1" */
-#define PROTO_VERSION 1
+/* 2: PROGRESS and DONE carry pages_poisoned. */
+#define PROTO_VERSION 2
 #define PROTO_MAX_MSG 65536
 #define PROTO_MAX_RANGES 256
 
@@ -105,6 +106,7 @@ struct proto_progress {
 	uint64_t faults;
 	uint64_t p50_ns;	/* fault: message read to wake */
 	uint64_t p99_ns;
+	uint64_t pages_poisoned; /* bad image blocks: SIGBUS on access */
 };
 
 struct proto_session {
