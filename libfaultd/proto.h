@@ -146,6 +146,7 @@ ssize_t proto_recv_checked(int sock, void *buf, size_t max, int *fds,
 ssize_t proto_call(int sock, const void *msg, const int *fds,
 		   unsigned int nfds, void *reply, size_t max);
 int proto_connect(const char *path);
+int proto_connect_daemon(const char *path, const char **why);
 const char *proto_default_socket(char *buf, size_t len);
 int proto_hello(int sock, uint64_t features, struct proto_hello *reply);
 void proto_error_send(int sock, int err, const char *fmt, ...)

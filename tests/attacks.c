@@ -1,0 +1,621 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * attacks.c - the faultd daemon and its clients against hostile local
+ * users: each test runs an attack that worked once and checks that it
+ * does not any more. The attackers are unprivileged users the fixture
+ * creates (useradd) and removes (userdel); without useradd the tests
+ * that need them are skipped. Rounds of the races: FAULTD_ATTACK_ROUNDS.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+
+#include "daemon-helpers.h"
+#include "helpers.h"
+#include "internal.h"
+#include "proto.h"
+
+#define TAG 0xa77ac
+
+static char dir[] = "/var/tmp/faultd-attacks-XXXXXX";
+static char sock[256];
+static char image[256];
+
+/* ------------------------------------------------------------------------
+ * Users
+ */
+
+struct tuser {
+	char name[32];
+	uid_t uid;
+	gid_t gid;
+	bool made;
+};
+
+static struct tuser ua, ub;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	int status;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	status = system(cmd);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/*
+ * Another session may be adding or removing users at the same time:
+ * useradd fails while it cannot lock /etc/passwd, so try a few times.
+ */
+static void user_add(struct tuser *u, char tag)
+{
+	const struct timespec pause = { .tv_nsec = 50 * 1000 * 1000 };
+	struct passwd *pw;
+
+	snprintf(u->name, sizeof(u->name), "fdt%c%d", tag, (int)getpid());
+	for (int i = 0; i < 20 && !u->made; i++) {
+		u->made = !sh("useradd --system --no-create-home --home-dir / "
+			      "--shell /usr/sbin/nologin --user-group %s "
+			      ">/dev/null 2>&1", u->name);
+		if (!u->made)
+			nanosleep(&pause, NULL);
+	}
+	pw = u->made ? getpwnam(u->name) : NULL;
+	if (pw) {
+		u->uid = pw->pw_uid;
+		u->gid = pw->pw_gid;
+	}
+	u->made = pw != NULL;
+}
+
+static void user_del(struct tuser *u)
+{
+	const struct timespec pause = { .tv_nsec = 50 * 1000 * 1000 };
+
+	for (int i = 0; i < 20 && u->made; i++) {
+		u->made = !!sh("userdel %s >/dev/null 2>&1", u->name);
+		if (u->made)
+			nanosleep(&pause, NULL);
+	}
+}
+
+static void need_users(void)
+{
+	if (!ua.made || !ub.made)
+		cr_skip_test("cannot add test users with useradd");
+}
+
+/* In a child: become @u for good, and stay dumpable (a process that
+ * changed its IDs is not, and no one but root could read its /proc). */
+static void become(const struct tuser *u)
+{
+	if (setgroups(0, NULL) || setresgid(u->gid, u->gid, u->gid) ||
+	    setresuid(u->uid, u->uid, u->uid) ||
+	    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+		_exit(120);
+}
+
+/* ------------------------------------------------------------------------
+ * The daemon
+ */
+
+/*
+ * Start the daemon on @path with @args (NULL-terminated), as @as (NULL:
+ * root), with at most @nofile descriptors (0: as we have), its stderr
+ * into *@err if @err. Returns its pid once it listens, or 0 if it exited
+ * first (*@status).
+ */
+static pid_t daemon_run(const char *path, const char *const *args,
+			const struct tuser *as, rlim_t nofile, int *err,
+			int *status)
+{
+	const char *exe = getenv("FAULTD_DAEMON");
+	const char *argv[16] = { exe, "--socket", path };
+	uint64_t end = test_now_ns() + 10000000000ull;
+	int p[2] = { -1, -1 }, n = 3;
+	pid_t pid;
+
+	cr_assert(exe, "FAULTD_DAEMON not set (run through meson test)");
+	for (int i = 0; args && args[i]; i++)
+		argv[n++] = args[i];
+	cr_assert(!err || !pipe2(p, O_CLOEXEC));
+	pid = fork();
+	if (pid == 0) {
+		struct rlimit rl = { nofile, nofile };
+
+		unsetenv("FAULTD_INJECT");
+		if (nofile && setrlimit(RLIMIT_NOFILE, &rl))
+			_exit(126);
+		if (err && dup2(p[1], 2) < 0)
+			_exit(126);
+		if (as)
+			become(as);
+		/* After become(): a change of IDs clears it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execv(exe, (char **)argv);
+		_exit(127);
+	}
+	cr_assert(pid > 0);
+	if (err) {
+		close(p[1]);
+		*err = p[0];
+	}
+	for (;;) {
+		int s = proto_connect(path), st;
+
+		if (s >= 0) {
+			close(s);
+			return pid;
+		}
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			if (status)
+				*status = st;
+			return 0;
+		}
+		cr_assert(test_now_ns() < end, "the daemon did not come up");
+		sched_yield();
+	}
+}
+
+static pid_t daemon_up(const char *const *args)
+{
+	pid_t pid = daemon_run(sock, args, NULL, 0, NULL, NULL);
+
+	cr_assert(pid > 0, "the daemon did not start");
+	return pid;
+}
+
+/* Wait (10 s at most) until the daemon's stderr @fd has a line with
+ * @what; the lines read go to @log (@len bytes) if not NULL. */
+static bool log_wait(int fd, const char *what, char *log, size_t len)
+{
+	static char buf[65536];
+	static size_t have;
+	uint64_t end = test_now_ns() + 10000000000ull;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		buf[have] = 0;
+		if (log)
+			snprintf(log, len, "%.*s", (int)len - 1, buf);
+		if (strstr(buf, what))
+			return true;
+		if (test_now_ns() >= end || poll(&p, 1, 100) < 0)
+			return false;
+		if (!p.revents)
+			continue;
+		n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		if (n <= 0)
+			return false;
+		have += (size_t)n;
+	}
+}
+
+/* Threads of process @pid. */
+static int threads_of(pid_t pid)
+{
+	char path[64], line[256];
+	int n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* CPU time process @pid has used, in ns. */
+static uint64_t cpu_of(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	cr_assert(f && fgets(buf, sizeof(buf), f));
+	fclose(f);
+	p = strrchr(buf, ')');
+	cr_assert(p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+				     "%*u %*u %llu %llu", &ut, &st) == 2);
+	return (ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+}
+
+/* ------------------------------------------------------------------------
+ * Clients by hand
+ */
+
+/* Connect and say HELLO: the daemon's error, or 0 and the socket. */
+static int hello_on(const char *path, int *sp)
+{
+	struct proto_hello h;
+	int s = proto_connect(path), ret;
+
+	if (s < 0)
+		return s;
+	ret = proto_hello(s, PROTO_FEATURES, &h);
+	if (ret || !sp)
+		close(s);
+	else
+		*sp = s;
+	return ret;
+}
+
+/* A userfaultfd made while still root (users may not: the sysctl
+ * vm.unprivileged_userfaultfd is 0 here), with @len bytes registered. */
+static int uffd_with_range(size_t len, char **base, int flags)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | flags);
+
+	*base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fd < 0 || *base == MAP_FAILED || ioctl(fd, UFFDIO_API, &api))
+		return -1;
+	reg.range.start = (uintptr_t)*base;
+	reg.range.len = len;
+	return ioctl(fd, UFFDIO_REGISTER, &reg) ? -1 : fd;
+}
+
+/* REGISTER [start, start + len) of image offset 0 on @s, with @uffd and
+ * @img; the daemon's answer (0: ACK). */
+static int register_on(int s, uint64_t start, size_t len, int uffd, int img)
+{
+	union {
+		char buf[sizeof(struct proto_register) +
+			 sizeof(struct proto_range)];
+		struct proto_register reg;
+	} m = { .reg = { .nr_ranges = 1 } };
+	union {
+		struct proto_hdr h;
+		struct proto_error err;
+		char buf[256];
+	} u;
+	int fds[2] = { uffd, img };
+	ssize_t n;
+
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
+	m.reg.r[0] = (struct proto_range){ start, len, 0 };
+	n = proto_call(s, &m, fds, 2, &u, sizeof(u));
+	if (n < 0)
+		return (int)n;
+	return u.h.type == MSG_ACK ? 0 : u.h.type == MSG_ERROR ? u.err.err
+							       : -EPROTO;
+}
+
+/*
+ * A client that registers a session and keeps it until held_release():
+ * a child process, as @as (NULL: root).
+ */
+struct held {
+	pid_t pid;
+	int result, release;
+};
+
+static int held_start(struct held *h, const struct tuser *as)
+{
+	int res[2], rel[2], ret = -EIO;
+
+	cr_assert_eq(pipe2(res, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(rel, O_CLOEXEC), 0);
+	h->pid = fork();
+	if (h->pid == 0) {
+		char *base, c;
+		int uffd = uffd_with_range(MIB, &base, O_NONBLOCK);
+		int img = open(image, O_RDONLY | O_CLOEXEC), s = -1;
+
+		close(res[0]);
+		close(rel[1]);
+		if (as)
+			become(as);
+		ret = uffd < 0 || img < 0 ? -EIO : hello_on(sock, &s);
+		if (!ret)
+			ret = register_on(s, (uintptr_t)base, MIB, uffd, img);
+		(void)!write(res[1], &ret, sizeof(ret));
+		(void)!read(rel[0], &c, 1); /* until released */
+		_exit(0);
+	}
+	cr_assert(h->pid > 0);
+	close(res[1]);
+	close(rel[0]);
+	h->release = rel[1];
+	cr_assert_eq(read(res[0], &ret, sizeof(ret)), (ssize_t)sizeof(ret));
+	close(res[0]);
+	return ret;
+}
+
+static void held_release(struct held *h)
+{
+	int status;
+
+	close(h->release);
+	cr_assert_eq(waitpid(h->pid, &status, 0), h->pid);
+}
+
+/* ------------------------------------------------------------------------
+ * The fixture
+ */
+
+/* Users of ours left by a test process that died before its teardown. */
+static void users_stale_remove(void)
+{
+	struct passwd *pw;
+	char names[64][32];
+	int n = 0;
+
+	setpwent();
+	while ((pw = getpwent()) && n < 64) {
+		int pid;
+		char tag;
+
+		if (sscanf(pw->pw_name, "fdt%c%d", &tag, &pid) == 2 &&
+		    (tag == 'a' || tag == 'b') && kill(pid, 0) < 0 &&
+		    errno == ESRCH)
+			snprintf(names[n++], sizeof(names[0]), "%s", pw->pw_name);
+	}
+	endpwent();
+	for (int i = 0; i < n; i++)
+		sh("userdel %s >/dev/null 2>&1", names[i]);
+}
+
+static void setup(void)
+{
+	struct faultd_ctx *ctx;
+	struct faultd_region_opts o = { .size = sizeof(o), .length = MIB };
+	struct faultd_region *r;
+
+	cr_assert(mkdtemp(dir));
+	cr_assert_eq(chmod(dir, 0755), 0); /* the users go through it */
+	snprintf(sock, sizeof(sock), "%s/faultd.sock", dir);
+	snprintf(image, sizeof(image), "%s/image", dir);
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	pattern_fill(TAG, 0, faultd_region_base(r), MIB);
+	cr_assert_eq(faultd_checkpoint(r, image, NULL), 0);
+	faultd_ctx_destroy(ctx);
+	users_stale_remove();
+	user_add(&ua, 'a');
+	user_add(&ub, 'b');
+}
+
+static void teardown(void)
+{
+	user_del(&ua);
+	user_del(&ub);
+	cr_assert_eq(sh("rm -rf %s", dir), 0);
+}
+
+TestSuite(attacks, .init = setup, .fini = teardown, .timeout = 120);
+
+static unsigned int rounds(unsigned int dflt)
+{
+	const char *e = getenv("FAULTD_ATTACK_ROUNDS");
+
+	return e && atoi(e) > 0 ? (unsigned int)atoi(e) : dflt;
+}
+
+/* A restore through the daemon on @path, as root, every byte checked:
+ * its exit code (0: right). */
+static void restore_child(void *arg)
+{
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON,
+					 .socket = arg };
+	struct faultd_restore_progress p = { .size = sizeof(p) };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+
+	if (faultd_ctx_create(NULL, &ctx) || faultd_restore(ctx, image, &o, &r))
+		_exit(10);
+	if (pattern_check(TAG, 0, faultd_region_base(r), MIB))
+		_exit(11);
+	if (faultd_restore_wait(r) || faultd_restore_progress(r, &p) ||
+	    p.daemon_died)
+		_exit(12);
+	faultd_ctx_destroy(ctx);
+	_exit(0);
+}
+
+/* 0: every byte right; else the child's exit code, or 100 + signal. */
+static int restore_via(const char *path)
+{
+	int how = run_in_child(restore_child, (void *)path);
+
+	return how < 0 ? -how - 1 : 100 + how;
+}
+
+/* ------------------------------------------------------------------------
+ * Out of descriptors (EMFILE): the accept loop used to spin at 100% CPU.
+ */
+
+Test(attacks, out_of_descriptors_does_not_spin)
+{
+	enum { CONNS = 80 };
+	int err, s[CONNS], lines = 0, how;
+	pid_t pid = daemon_run(sock, NULL, NULL, 40, &err, NULL);
+	char log[4096];
+	bool shortage;
+	uint64_t t0, c0, c1, t1;
+
+	cr_assert(pid > 0);
+	for (int i = 0; i < CONNS; i++) {
+		s[i] = proto_connect(sock);
+		cr_assert(s[i] >= 0, "connect %d: %s", i, strerror(-s[i]));
+	}
+	/* Not asserted yet: the CPU it burns meanwhile is the point. */
+	shortage = log_wait(err, "out of descriptors", NULL, 0);
+	t0 = test_now_ns();
+	c0 = cpu_of(pid);
+	while (test_now_ns() - t0 < 1000000000ull)
+		poll(NULL, 0, 100); /* a second of the daemon's life */
+	c1 = cpu_of(pid);
+	t1 = test_now_ns();
+	cr_expect_lt(c1 - c0, (t1 - t0) / 10,
+		     "the daemon used %llu ms of CPU in %llu ms",
+		     (unsigned long long)(c1 - c0) / 1000000,
+		     (unsigned long long)(t1 - t0) / 1000000);
+	cr_assert(shortage, "no shortage logged");
+	for (int i = 0; i < CONNS; i++)
+		close(s[i]);
+	/* The connections are gone: it serves again, and says so once. */
+	how = restore_via(sock);
+	cr_assert_eq(how, 0, "the restore ended with %d", how);
+	cr_assert(log_wait(err, "descriptors are free again", log,
+			   sizeof(log)));
+	for (char *p = log; (p = strstr(p, "out of descriptors")); p++)
+		lines++;
+	cr_assert_eq(lines, 1, "log:\n%s", log);
+	test_daemon_kill(pid, SIGTERM);
+	close(err);
+}
+
+/* ------------------------------------------------------------------------
+ * Idle connections: each used to get a thread, without a cap.
+ */
+
+/* In a child as @u: open @n connections (no HELLO) and hold them until
+ * told; *@ready is written when they are open. */
+static pid_t idle_start(const struct tuser *u, int n, int *go)
+{
+	int ready[2], rel[2];
+	pid_t pid;
+	char c;
+
+	cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(rel, O_CLOEXEC), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct rlimit rl = { (rlim_t)n + 64, (rlim_t)n + 64 };
+
+		close(ready[0]);
+		close(rel[1]);
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			_exit(126);
+		become(u);
+		for (int i = 0; i < n; i++)
+			if (proto_connect(sock) < 0)
+				_exit(3);
+		(void)!write(ready[1], "", 1);
+		(void)!read(rel[0], &c, 1);
+		_exit(0);
+	}
+	cr_assert(pid > 0);
+	close(ready[1]);
+	close(rel[0]);
+	cr_assert_eq(read(ready[0], &c, 1), 1, "the attacker could not connect");
+	close(ready[0]);
+	*go = rel[1];
+	return pid;
+}
+
+static int child_wait(pid_t pid)
+{
+	int status;
+
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+/* As @u: HELLO on a new connection; its result, through the exit code. */
+static void hello_as_child(void *arg)
+{
+	become(arg);
+	_exit(-hello_on(sock, NULL));
+}
+
+static int hello_as(const struct tuser *u)
+{
+	int how = run_in_child(hello_as_child, (void *)u);
+
+	return how < 0 ? how + 1 : -1000 - how; /* -errno as sent */
+}
+
+Test(attacks, idle_connections_take_no_threads)
+{
+	unsigned int n = rounds(2000);
+	pid_t pid, att;
+	int go, threads;
+
+	need_users();
+	pid = daemon_up(NULL);
+	att = idle_start(&ua, (int)n, &go);
+	/* Once a later connection has its HELLO answered, the daemon has
+	 * accepted every one before it. */
+	cr_assert_eq(hello_on(sock, NULL), 0);
+	threads = threads_of(pid);
+	cr_expect_leq(threads, 2, "%u idle connections: %d threads", n,
+		      threads);
+	/* Neither another user nor root is locked out. */
+	cr_expect_eq(hello_as(&ub), 0, "another user");
+	cr_expect_eq(restore_via(sock), 0, "root");
+	close(go);
+	cr_assert_eq(child_wait(att), 0);
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/*
+ * A user's connections that have not registered are capped, and past the
+ * cap refused with EBUSY in answer to HELLO; another user's and root's
+ * are not. Silent ones are closed after --handshake-timeout.
+ */
+Test(attacks, connection_limits_and_timeout)
+{
+	const char *const args[] = { "--max-user-connections", "2",
+				     "--handshake-timeout", "1000", NULL };
+	struct proto_hdr h;
+	pid_t pid, att;
+	uint64_t t0;
+	int go, s;
+
+	need_users();
+	pid = daemon_up(args);
+	att = idle_start(&ua, 2, &go);
+	cr_assert_eq(hello_as(&ua), -EBUSY, "a third connection of a user");
+	cr_assert_eq(hello_as(&ub), 0, "another user");
+	cr_assert_eq(hello_on(sock, NULL), 0, "root");
+	close(go);
+	cr_assert_eq(child_wait(att), 0);
+	cr_assert_eq(hello_as(&ua), 0, "the user, its connections closed");
+	/* A silent connection hears ETIMEDOUT, then the end. */
+	t0 = test_now_ns();
+	s = proto_connect(sock);
+	cr_assert(s >= 0);
+	{
+		union {
+			struct proto_hdr h;
+			struct proto_error err;
+		} u;
+		ssize_t n = proto_recv(s, &u, sizeof(u), NULL, 0, NULL);
+
+		cr_assert_eq(n, (ssize_t)sizeof(u.err));
+		cr_assert_eq(u.h.type, MSG_ERROR);
+		cr_assert_eq(u.err.err, -ETIMEDOUT);
+		cr_assert_eq(proto_recv(s, &h, sizeof(h), NULL, 0, NULL), 0);
+	}
+	cr_assert_geq(test_now_ns() - t0, 1000000000ull);
+	close(s);
+	test_daemon_kill(pid, SIGTERM);
+}
