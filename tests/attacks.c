@@ -182,13 +182,18 @@ static pid_t daemon_up(const char *const *args)
 }
 
 /* Wait (10 s at most) until the daemon's stderr @fd has a line with
- * @what; the lines read go to @log (@len bytes) if not NULL. */
+ * @what; what it wrote so far goes to @log (@len bytes) if not NULL.
+ * One daemon's stderr at a time: a new @fd starts afresh. */
 static bool log_wait(int fd, const char *what, char *log, size_t len)
 {
 	static char buf[65536];
 	static size_t have;
+	static int last = -1;
 	uint64_t end = test_now_ns() + 10000000000ull;
 
+	if (fd != last)
+		have = 0;
+	last = fd;
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		ssize_t n;
@@ -307,41 +312,36 @@ static int register_on(int s, uint64_t start, size_t len, int uffd, int img)
 }
 
 /*
- * A client that registers a session and keeps it until held_release():
- * a child process, as @as (NULL: root).
+ * A client that registers a session and keeps it until held_release()
+ * kills it: a child process, as @as (NULL: root).
  */
 struct held {
 	pid_t pid;
-	int result, release;
 };
 
 static int held_start(struct held *h, const struct tuser *as)
 {
-	int res[2], rel[2], ret = -EIO;
+	int res[2], ret = -EIO;
 
 	cr_assert_eq(pipe2(res, O_CLOEXEC), 0);
-	cr_assert_eq(pipe2(rel, O_CLOEXEC), 0);
 	h->pid = fork();
 	if (h->pid == 0) {
-		char *base, c;
+		char *base;
 		int uffd = uffd_with_range(MIB, &base, O_NONBLOCK);
 		int img = open(image, O_RDONLY | O_CLOEXEC), s = -1;
 
 		close(res[0]);
-		close(rel[1]);
 		if (as)
 			become(as);
 		ret = uffd < 0 || img < 0 ? -EIO : hello_on(sock, &s);
 		if (!ret)
 			ret = register_on(s, (uintptr_t)base, MIB, uffd, img);
 		(void)!write(res[1], &ret, sizeof(ret));
-		(void)!read(rel[0], &c, 1); /* until released */
-		_exit(0);
+		for (;;)
+			pause();
 	}
 	cr_assert(h->pid > 0);
 	close(res[1]);
-	close(rel[0]);
-	h->release = rel[1];
 	cr_assert_eq(read(res[0], &ret, sizeof(ret)), (ssize_t)sizeof(ret));
 	close(res[0]);
 	return ret;
@@ -351,7 +351,7 @@ static void held_release(struct held *h)
 {
 	int status;
 
-	close(h->release);
+	kill(h->pid, SIGKILL);
 	cr_assert_eq(waitpid(h->pid, &status, 0), h->pid);
 }
 
@@ -617,5 +617,315 @@ Test(attacks, connection_limits_and_timeout)
 	}
 	cr_assert_geq(test_now_ns() - t0, 1000000000ull);
 	close(s);
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
+ * Sessions: one user used to take every slot of --max-sessions.
+ */
+
+Test(attacks, one_user_cannot_take_every_session)
+{
+	const char *const args[] = { "--max-sessions", "4", NULL };
+	struct held a[2], b, root[4];
+	pid_t pid;
+
+	need_users();
+	pid = daemon_up(args);
+	/* A user gets a quarter of them by default. */
+	cr_assert_eq(held_start(&a[0], &ua), 0);
+	cr_assert_eq(held_start(&a[1], &ua), -EBUSY, "its second session");
+	cr_assert_eq(held_start(&b, &ub), 0, "another user");
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(held_start(&root[i], NULL), 0, "root's %d", i);
+	for (int i = 0; i < 4; i++)
+		held_release(&root[i]);
+	held_release(&b);
+	held_release(&a[1]);
+	held_release(&a[0]);
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
+ * STATUS used to list every user's sessions to every user.
+ */
+
+struct status_q {
+	const struct tuser *as;
+	pid_t pids[4];		/* out: the sessions' client pids */
+	uint32_t n;
+};
+
+static void status_child(void *arg)
+{
+	struct status_q *q = arg;
+	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
+	struct proto_hdr req;
+	int s = -1, out = 100;
+
+	if (q->as)
+		become(q->as);
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	if (st && !hello_on(sock, &s) &&
+	    proto_call(s, &req, NULL, 0, st, PROTO_MAX_MSG) > 0 &&
+	    st->h.type == MSG_STATUS) {
+		out = (int)st->nr_sessions;
+		for (uint32_t i = 0; i < st->nr_sessions && i < 4; i++)
+			q->pids[i] = st->s[i].pid;
+	}
+	_exit(out);
+}
+
+/* The sessions @as sees (MAP_SHARED, so that the child can fill it). */
+static struct status_q *status_as(const struct tuser *as)
+{
+	struct status_q *q = mmap(NULL, sizeof(*q), PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int how;
+
+	cr_assert(q != MAP_FAILED);
+	q->as = as;
+	how = run_in_child(status_child, q);
+	cr_assert(how < 0 && how != -101, "STATUS failed: %d", how);
+	q->n = (uint32_t)(-how - 1);
+	return q;
+}
+
+Test(attacks, status_lists_only_the_callers_sessions)
+{
+	struct held mine, roots;
+	struct status_q *q;
+	pid_t pid;
+
+	need_users();
+	pid = daemon_up(NULL);
+	cr_assert_eq(held_start(&roots, NULL), 0);
+	cr_assert_eq(held_start(&mine, &ua), 0);
+	/* The ACK comes before the session is listed: wait for both. */
+	for (uint64_t end = test_now_ns() + 10000000000ull;
+	     status_as(NULL)->n < 2;)
+		cr_assert(test_now_ns() < end, "the sessions are not listed");
+	q = status_as(&ua);
+	cr_expect_eq(q->n, 1, "the user sees %u sessions", q->n);
+	cr_expect_eq(q->pids[0], mine.pid);
+	q = status_as(&ub);
+	cr_expect_eq(q->n, 0, "another user sees %u sessions", q->n);
+	q = status_as(NULL);
+	cr_expect_eq(q->n, 2, "root sees %u sessions", q->n);
+	held_release(&mine);
+	held_release(&roots);
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
+ * Refusals used to be sent before HELLO was read: EPIPE or ECONNRESET.
+ */
+
+Test(attacks, refusal_arrives_as_its_errno)
+{
+	char udir[300], usock[320];
+	pid_t pid;
+
+	need_users();
+	/* A daemon run by a user serves that user only: root is refused. */
+	snprintf(udir, sizeof(udir), "%s/user", dir);
+	cr_assert_eq(mkdir(udir, 0755), 0);
+	cr_assert_eq(chown(udir, ua.uid, ua.gid), 0);
+	snprintf(usock, sizeof(usock), "%s/faultd.sock", udir);
+	pid = daemon_run(usock, NULL, &ua, 0, NULL, NULL);
+	cr_assert(pid > 0);
+	for (unsigned int i = 0; i < rounds(50); i++)
+		cr_assert_eq(hello_on(usock, NULL), -EACCES, "round %u", i);
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
+ * Numeric options used to be read with atoi(): "abc" was 0.
+ */
+
+Test(attacks, numeric_options_are_strict)
+{
+	static const char *const opts[] = {
+		"--max-sessions", "--max-user-sessions", "--max-connections",
+		"--max-user-connections", "--handshake-timeout",
+	};
+	static const char *const bad[] = { "abc", "4x", "", "-1", "0",
+					   "99999999999999999999" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++)
+		for (size_t j = 0; j < ARRAY_SIZE(bad); j++) {
+			const char *const args[] = { opts[i], bad[j], NULL };
+			char log[512];
+			int err, status = 0;
+			pid_t pid = daemon_run(sock, args, NULL, 0, &err,
+					       &status);
+
+			if (pid > 0)
+				test_daemon_kill(pid, SIGTERM);
+			cr_assert_eq(pid, 0, "%s '%s' was taken", opts[i],
+				     bad[j]);
+			cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+				  "%s '%s': status %#x", opts[i], bad[j],
+				  status);
+			cr_expect(log_wait(err, "is not a number", log,
+					   sizeof(log)),
+				  "%s '%s': %s", opts[i], bad[j], log);
+			close(err);
+		}
+}
+
+/* ------------------------------------------------------------------------
+ * The layout oracle: the range check read /proc/PID/smaps, as root, of
+ * whatever the process that connected had become.
+ */
+
+/* The set-user-ID root copy of tests/setuid-helper.c, in our directory. */
+static const char *setuid_helper(void)
+{
+	static char path[300];
+	const char *src = getenv("FAULTD_SETUID_HELPER");
+
+	cr_assert(src, "FAULTD_SETUID_HELPER not set (run through meson test)");
+	snprintf(path, sizeof(path), "%s/setuid-helper", dir);
+	cr_assert_eq(sh("cp %s %s", src, path), 0);
+	cr_assert_eq(chown(path, 0, 0), 0);
+	cr_assert_eq(chmod(path, 04755), 0);
+	return path;
+}
+
+/* A mapping of process @pid that is not registered with a userfaultfd
+ * (its first one), and an address range nothing maps. */
+static void layout_of(pid_t pid, uint64_t *mapped, uint64_t *unmapped)
+{
+	char path[64], line[512];
+	unsigned long a, b, prev_end = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	cr_assert(f);
+	*mapped = *unmapped = 0;
+	while (fgets(line, sizeof(line), f) &&
+	       sscanf(line, "%lx-%lx", &a, &b) == 2) {
+		if (!*mapped)
+			*mapped = a;
+		if (prev_end && a - prev_end >= 2 * 4096 && !*unmapped)
+			*unmapped = prev_end + 4096;
+		prev_end = b;
+	}
+	fclose(f);
+	cr_assert(*mapped && *unmapped);
+}
+
+/* Wait until @pid runs with effective user ID 0 (it exec'd the helper). */
+static void wait_euid0(pid_t pid)
+{
+	uint64_t end = test_now_ns() + 10000000000ull;
+	char path[64], line[256];
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	for (;;) {
+		FILE *f = fopen(path, "re");
+		unsigned int r, e = 1;
+
+		cr_assert(f);
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "Uid: %u %u", &r, &e) == 2)
+				break;
+		fclose(f);
+		if (e == 0)
+			return;
+		cr_assert(test_now_ns() < end, "the helper did not start");
+		sched_yield();
+	}
+}
+
+/*
+ * The attacker: a user's process connects twice, forks, and exec's a
+ * set-user-ID root program; its child, which holds both connections,
+ * asks about a range the program maps and one it does not. The answers
+ * used to differ (EINVAL: mapped but not registered; EFAULT: not mapped).
+ */
+Test(attacks, exec_of_setuid_program_is_no_layout_oracle)
+{
+	const char *helper;
+	int cmd[2], ans[2], hold[2], res[2] = { 1, 1 };
+	uint64_t where[2];
+	pid_t pid, att;
+
+	need_users();
+	helper = setuid_helper();
+	pid = daemon_up(NULL);
+	cr_assert_eq(pipe2(cmd, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(ans, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(hold, O_CLOEXEC), 0);
+	att = fork();
+	if (att == 0) {
+		char *base;
+		int uffd = uffd_with_range(MIB, &base, O_NONBLOCK);
+		int img = open(image, O_RDONLY), s[2];
+
+		close(hold[1]); /* the helper runs until the test closes it */
+		become(&ua);
+		if (uffd < 0 || img < 0 || hello_on(sock, &s[0]) ||
+		    hello_on(sock, &s[1]))
+			_exit(3);
+		if (fork() == 0) { /* the one that asks */
+			int r[2];
+
+			if (read(cmd[0], where, sizeof(where)) != sizeof(where))
+				_exit(4);
+			for (int i = 0; i < 2; i++)
+				r[i] = register_on(s[i], where[i], 4096, uffd,
+						   img);
+			(void)!write(ans[1], r, sizeof(r));
+			_exit(0);
+		}
+		/* The one that becomes the set-user-ID program. */
+		dup2(hold[0], 0);
+		execl(helper, helper, (char *)NULL);
+		_exit(5);
+	}
+	cr_assert(att > 0);
+	close(hold[0]);
+	wait_euid0(att);
+	layout_of(att, &where[0], &where[1]);
+	cr_assert_eq(write(cmd[1], where, sizeof(where)), (ssize_t)sizeof(where));
+	cr_assert_eq(read(ans[0], res, sizeof(res)), (ssize_t)sizeof(res));
+	cr_expect_eq(res[0], res[1], "mapped: %d, unmapped: %d", res[0], res[1]);
+	cr_expect_eq(res[0], -EPERM, "the process exec'd since it connected");
+	close(hold[1]); /* the helper exits */
+	cr_assert_eq(child_wait(att), 0);
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* As @arg's user, not dumpable: register a range of our own. */
+static void undumpable_child(void *arg)
+{
+	char *base;
+	int uffd = uffd_with_range(MIB, &base, O_NONBLOCK);
+	int img = open(image, O_RDONLY), s;
+
+	become(arg);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (uffd < 0 || img < 0 || hello_on(sock, &s))
+		_exit(100);
+	_exit(-register_on(s, (uintptr_t)base, MIB, uffd, img));
+}
+
+/*
+ * The check reads the mappings with the client's own rights: a process
+ * that is not dumpable cannot read its own /proc/PID/smaps, so the
+ * daemon does not either (it used to, as root) and refuses with EACCES.
+ */
+Test(attacks, mappings_are_read_with_the_clients_rights)
+{
+	pid_t pid;
+	int how;
+
+	need_users();
+	pid = daemon_up(NULL);
+	how = run_in_child(undumpable_child, &ua);
+	cr_assert_eq(how, -EACCES - 1, "the registration got %d", -how - 1);
 	test_daemon_kill(pid, SIGTERM);
 }
