@@ -115,19 +115,20 @@ static void become(const struct tuser *u)
  * The daemon
  */
 
+/* What the daemon spawned last wrote on its stderr, for log_wait(). */
+static char log_buf[65536];
+static size_t log_have;
+
 /*
  * Start the daemon on @path with @args (NULL-terminated), as @as (NULL:
  * root), with at most @nofile descriptors (0: as we have), its stderr
- * into *@err if @err. Returns its pid once it listens, or 0 if it exited
- * first (*@status).
+ * into *@err if @err. Returns its pid at once.
  */
-static pid_t daemon_run(const char *path, const char *const *args,
-			const struct tuser *as, rlim_t nofile, int *err,
-			int *status)
+static pid_t daemon_spawn(const char *path, const char *const *args,
+			  const struct tuser *as, rlim_t nofile, int *err)
 {
 	const char *exe = getenv("FAULTD_DAEMON");
 	const char *argv[16] = { exe, "--socket", path };
-	uint64_t end = test_now_ns() + 10000000000ull;
 	int p[2] = { -1, -1 }, n = 3;
 	pid_t pid;
 
@@ -155,7 +156,20 @@ static pid_t daemon_run(const char *path, const char *const *args,
 	if (err) {
 		close(p[1]);
 		*err = p[0];
+		log_have = 0;
 	}
+	return pid;
+}
+
+/* daemon_spawn(), then wait until it listens: its pid, or 0 if it
+ * exited first (*@status). */
+static pid_t daemon_run(const char *path, const char *const *args,
+			const struct tuser *as, rlim_t nofile, int *err,
+			int *status)
+{
+	uint64_t end = test_now_ns() + 10000000000ull;
+	pid_t pid = daemon_spawn(path, args, as, nofile, err);
+
 	for (;;) {
 		int s = proto_connect(path), st;
 
@@ -181,24 +195,19 @@ static pid_t daemon_up(const char *const *args)
 	return pid;
 }
 
-/* Wait (10 s at most) until the daemon's stderr @fd has a line with
- * @what; what it wrote so far goes to @log (@len bytes) if not NULL.
- * One daemon's stderr at a time: a new @fd starts afresh. */
+/* Wait (10 s at most) until the stderr @fd of the daemon spawned last
+ * has a line with @what; what it wrote so far goes to @log (@len bytes)
+ * if not NULL. */
 static bool log_wait(int fd, const char *what, char *log, size_t len)
 {
-	static char buf[65536];
-	static size_t have;
-	static int last = -1;
+	char *buf = log_buf;
 	uint64_t end = test_now_ns() + 10000000000ull;
 
-	if (fd != last)
-		have = 0;
-	last = fd;
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		ssize_t n;
 
-		buf[have] = 0;
+		buf[log_have] = 0;
 		if (log)
 			snprintf(log, len, "%.*s", (int)len - 1, buf);
 		if (strstr(buf, what))
@@ -207,10 +216,10 @@ static bool log_wait(int fd, const char *what, char *log, size_t len)
 			return false;
 		if (!p.revents)
 			continue;
-		n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		n = read(fd, buf + log_have, sizeof(log_buf) - 1 - log_have);
 		if (n <= 0)
 			return false;
-		have += (size_t)n;
+		log_have += (size_t)n;
 	}
 }
 
@@ -928,4 +937,279 @@ Test(attacks, mappings_are_read_with_the_clients_rights)
 	how = run_in_child(undumpable_child, &ua);
 	cr_assert_eq(how, -EACCES - 1, "the registration got %d", -how - 1);
 	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
+ * The library used to talk to whoever listened on the socket.
+ */
+
+/*
+ * A fake daemon, run as @u: listens on @s (bound by root already: its
+ * file is root's) or on a socket it binds at @path, answers HELLO like a
+ * daemon, and reports through @report what reached it: 0 nothing,
+ * 1 a connection, 2 a message, 3 descriptors.
+ */
+static pid_t fake_start(const struct tuser *u, int s, const char *path,
+			int *report, int *stop)
+{
+	int rep[2], st[2];
+	pid_t pid;
+
+	cr_assert_eq(pipe2(rep, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(st, O_CLOEXEC), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct pollfd p[2];
+		int got = 0, c = -1;
+
+		close(rep[0]);
+		close(st[1]);
+		become(u);
+		if (s < 0) {
+			struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+			snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+			s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+			if (bind(s, (struct sockaddr *)&a, sizeof(a)))
+				_exit(3);
+		}
+		if (listen(s, 8))
+			_exit(4);
+		(void)!write(rep[1], &got, 1); /* listening */
+		p[0] = (struct pollfd){ .fd = s, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = st[0], .events = POLLIN };
+		while (poll(p, 2, -1) > 0 && !p[1].revents) {
+			union {
+				struct proto_hello h;
+				char buf[PROTO_MAX_MSG];
+			} m;
+			int fds[2];
+			unsigned int nfds = 0;
+
+			if (p[0].fd == s) {
+				c = accept(s, NULL, NULL);
+				got = got < 1 ? 1 : got;
+				p[0].fd = c;
+				continue;
+			}
+			if (proto_recv(c, &m, sizeof(m), fds, 2, &nfds) <= 0) {
+				p[0].fd = -1;
+				continue;
+			}
+			got = nfds ? 3 : got < 2 ? 2 : got;
+			if (m.h.h.type == MSG_HELLO) {
+				m.h.min_version = m.h.max_version = PROTO_VERSION;
+				(void)!proto_send(c, &m.h, NULL, 0);
+			}
+		}
+		(void)!write(rep[1], &got, 1);
+		_exit(0);
+	}
+	cr_assert(pid > 0);
+	close(rep[1]);
+	close(st[0]);
+	{
+		char c;
+
+		cr_assert_eq(read(rep[0], &c, 1), 1, "the fake did not listen");
+	}
+	*report = rep[0];
+	*stop = st[1];
+	return pid;
+}
+
+/* Stop the fake: what reached it. */
+static int fake_stop(pid_t pid, int report, int stop)
+{
+	char got = -1;
+
+	close(stop);
+	cr_assert_eq(read(report, &got, 1), 1);
+	close(report);
+	cr_assert_eq(child_wait(pid), 0);
+	return got;
+}
+
+/* A restore as root through @path (NULL: the default): its result. */
+static void restore_result_child(void *arg)
+{
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON,
+					 .socket = arg };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+
+	if (faultd_ctx_create(NULL, &ctx))
+		_exit(100);
+	_exit(-faultd_restore(ctx, image, &o, &r));
+}
+
+static int restore_result(const char *path)
+{
+	int how = run_in_child(restore_result_child, (void *)path);
+
+	return how < 0 ? how + 1 : -1000 - how;
+}
+
+/*
+ * The socket file is root's, in root's directory, but the process that
+ * listens on it is a user's: the client refuses it (EPERM) before it
+ * sends anything. It used to send HELLO, then REGISTER with root's image
+ * and userfaultfd.
+ */
+Test(attacks, client_refuses_a_listener_of_another_user)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int report, stop, got, ret;
+	pid_t fake;
+
+	need_users();
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s/fake.sock", dir);
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	fake = fake_start(&ua, s, NULL, &report, &stop);
+	close(s);
+	ret = restore_result(a.sun_path);
+	got = fake_stop(fake, report, stop);
+	cr_expect_eq(ret, -EPERM, "the restore got %d", ret);
+	cr_expect_leq(got, 1, "the fake daemon got %s",
+		      got == 3 ? "descriptors" : "messages");
+}
+
+/*
+ * Root with the runtime directory of a user (su without -) does not use
+ * the socket there by default. It used to: the user's fake daemon got
+ * root's image and userfaultfd.
+ */
+Test(attacks, root_ignores_another_users_runtime_dir)
+{
+	char xdg[300], path[320];
+	int report, stop, got;
+	pid_t fake;
+
+	need_users();
+	snprintf(xdg, sizeof(xdg), "%s/run-user", dir);
+	cr_assert_eq(mkdir(xdg, 0700), 0);
+	cr_assert_eq(chown(xdg, ua.uid, ua.gid), 0);
+	snprintf(path, sizeof(path), "%s/faultd.sock", xdg);
+	fake = fake_start(&ua, -1, path, &report, &stop);
+	setenv("XDG_RUNTIME_DIR", xdg, 1);
+	(void)restore_result(NULL); /* /run/faultd/faultd.sock, if any */
+	got = fake_stop(fake, report, stop);
+	cr_expect_eq(got, 0, "the fake daemon got %s",
+		     got == 3 ? "descriptors" : got == 2 ? "messages"
+							 : "a connection");
+}
+
+/*
+ * A real daemon of root's, but its socket in a directory another user
+ * can change: the client does not go there (EACCES).
+ */
+Test(attacks, client_refuses_sockets_others_can_replace)
+{
+	static const struct {
+		const char *name;
+		mode_t mode;
+		bool users;	/* the directory is user a's */
+		int want;
+	} cases[] = {
+		{ "world-writable", 0777, false, -EACCES },
+		{ "group-writable", 0775, false, -EACCES },
+		{ "a-users", 0755, true, -EACCES },
+		{ "sticky", 01777, false, 0 },
+	};
+
+	need_users();
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		char d[300], path[320];
+		pid_t pid;
+		int ret;
+
+		snprintf(d, sizeof(d), "%s/%s", dir, cases[i].name);
+		cr_assert_eq(mkdir(d, 0700), 0);
+		cr_assert_eq(chmod(d, cases[i].mode), 0);
+		if (cases[i].users)
+			cr_assert_eq(chown(d, ua.uid, ua.gid), 0);
+		snprintf(path, sizeof(path), "%s/faultd.sock", d);
+		pid = daemon_run(path, NULL, NULL, 0, NULL, NULL);
+		cr_assert(pid > 0);
+		ret = restore_result(path);
+		cr_expect_eq(ret, cases[i].want, "%s: %d", cases[i].name, ret);
+		test_daemon_kill(pid, SIGTERM);
+	}
+	/* In a sticky directory, a socket of another user's is refused:
+	 * the fake binds it, so the file is the user's. */
+	{
+		char path[320];
+		int report, stop, ret;
+		pid_t fake;
+
+		snprintf(path, sizeof(path), "%s/sticky/fake.sock", dir);
+		fake = fake_start(&ua, -1, path, &report, &stop);
+		ret = restore_result(path);
+		cr_expect_leq(fake_stop(fake, report, stop), 0);
+		cr_expect_eq(ret, -EACCES, "a user's socket in /tmp: %d", ret);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The socket's mode used to be set with chmod() on its path after bind():
+ * a user who can write the directory swapped in a symlink between the
+ * two, and a file of root's became 0666.
+ */
+
+Test(attacks, socket_mode_is_not_set_through_the_path, .timeout = 300)
+{
+	char udir[300], path[320], tmp[320], secret[300], log[256];
+	unsigned int n = rounds(400), bound = 0;
+	struct stat st;
+	pid_t swapper;
+	int stop[2];
+
+	need_users();
+	snprintf(udir, sizeof(udir), "%s/user", dir);
+	cr_assert_eq(mkdir(udir, 0755), 0);
+	cr_assert_eq(chown(udir, ua.uid, ua.gid), 0);
+	snprintf(path, sizeof(path), "%s/faultd.sock", udir);
+	snprintf(tmp, sizeof(tmp), "%s/link", udir);
+	snprintf(secret, sizeof(secret), "%s/secret", dir);
+	cr_assert_eq(close(open(secret, O_CREAT | O_WRONLY, 0600)), 0);
+	cr_assert_eq(pipe2(stop, O_CLOEXEC), 0);
+	swapper = fork();
+	if (swapper == 0) {
+		close(stop[1]);
+		become(&ua);
+		for (unsigned long i = 0;; i++) {
+			struct pollfd p = { .fd = stop[0], .events = POLLIN };
+
+			if (!(i % 256) && poll(&p, 1, 0))
+				_exit(0);
+			unlink(tmp);
+			if (!symlink(secret, tmp))
+				rename(tmp, path); /* over the socket, if any */
+		}
+	}
+	cr_assert(swapper > 0);
+	close(stop[0]);
+	for (unsigned int i = 0; i < n; i++) {
+		const char *const args[] = { "-v", NULL };
+		int err;
+		pid_t pid = daemon_spawn(path, args, NULL, 0, &err);
+
+		/* Listening (it says so), or gone because the symlink was
+		 * back before its bind(): the end of its stderr. */
+		bound += log_wait(err, "listening on", log, sizeof(log));
+		test_daemon_kill(pid, SIGKILL);
+		close(err);
+		cr_assert_eq(stat(secret, &st), 0);
+		if ((st.st_mode & 07777) != 0600)
+			break;
+	}
+	close(stop[1]);
+	cr_assert_eq(child_wait(swapper), 0);
+	cr_expect_eq(st.st_mode & 07777, 0600,
+		     "root's file became %#o after %u daemons had bound",
+		     st.st_mode & 07777, bound);
+	cr_expect_gt(bound, 0, "the daemon never bound: the race did not run");
+	cr_log_info("%u of %u daemons bound", bound, n);
 }
