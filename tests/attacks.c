@@ -102,12 +102,14 @@ static void need_users(void)
 }
 
 /* In a child: become @u for good, and stay dumpable (a process that
- * changed its IDs is not, and no one but root could read its /proc). */
+ * changed its IDs is not, and no one but root could read its /proc);
+ * die with the test (the change of IDs cleared that). */
 static void become(const struct tuser *u)
 {
 	if (setgroups(0, NULL) || setresgid(u->gid, u->gid, u->gid) ||
 	    setresuid(u->uid, u->uid, u->uid) ||
-	    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+	    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) ||
+	    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
 		_exit(120);
 }
 
