@@ -318,6 +318,9 @@ static int register_on(int s, uint64_t start, size_t len, int uffd, int img)
 	n = proto_call(s, &m, fds, 2, &u, sizeof(u));
 	if (n < 0)
 		return (int)n;
+	if (u.h.type == MSG_ERROR)
+		fprintf(stderr, "REGISTER: %.*s\n", (int)sizeof(u.err.msg),
+			u.err.msg);
 	return u.h.type == MSG_ACK ? 0 : u.h.type == MSG_ERROR ? u.err.err
 							       : -EPROTO;
 }
@@ -488,6 +491,9 @@ Test(attacks, out_of_descriptors_does_not_spin)
 		     "the daemon used %llu ms of CPU in %llu ms",
 		     (unsigned long long)(c1 - c0) / 1000000,
 		     (unsigned long long)(t1 - t0) / 1000000);
+	cr_log_info("out of descriptors: %llu ms of CPU in %llu ms",
+		    (unsigned long long)(c1 - c0) / 1000000,
+		    (unsigned long long)(t1 - t0) / 1000000);
 	cr_assert(shortage, "no shortage logged");
 	for (int i = 0; i < CONNS; i++)
 		close(s[i]);
@@ -577,6 +583,7 @@ Test(attacks, idle_connections_take_no_threads)
 	 * accepted every one before it. */
 	cr_assert_eq(hello_on(sock, NULL), 0);
 	threads = threads_of(pid);
+	cr_log_info("%u idle connections: %d threads", n, threads);
 	cr_expect_leq(threads, 2, "%u idle connections: %d threads", n,
 		      threads);
 	/* Neither another user nor root is locked out. */
@@ -828,8 +835,9 @@ static void layout_of(pid_t pid, uint64_t *mapped, uint64_t *unmapped)
 	cr_assert(*mapped && *unmapped);
 }
 
-/* Wait until @pid runs with effective user ID 0 (it exec'd the helper). */
-static void wait_euid0(pid_t pid)
+/* Wait until @pid runs as @u with effective user ID 0: it exec'd the
+ * helper (before it became @u, it was root all through). */
+static void wait_setuid(pid_t pid, const struct tuser *u)
 {
 	uint64_t end = test_now_ns() + 10000000000ull;
 	char path[64], line[256];
@@ -837,14 +845,14 @@ static void wait_euid0(pid_t pid)
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	for (;;) {
 		FILE *f = fopen(path, "re");
-		unsigned int r, e = 1;
+		unsigned int r = 0, e = 1;
 
 		cr_assert(f);
 		while (fgets(line, sizeof(line), f))
 			if (sscanf(line, "Uid: %u %u", &r, &e) == 2)
 				break;
 		fclose(f);
-		if (e == 0)
+		if (r == u->uid && e == 0)
 			return;
 		cr_assert(test_now_ns() < end, "the helper did not start");
 		sched_yield();
@@ -899,7 +907,7 @@ Test(attacks, exec_of_setuid_program_is_no_layout_oracle)
 	}
 	cr_assert(att > 0);
 	close(hold[0]);
-	wait_euid0(att);
+	wait_setuid(att, &ua);
 	layout_of(att, &where[0], &where[1]);
 	cr_assert_eq(write(cmd[1], where, sizeof(where)), (ssize_t)sizeof(where));
 	cr_assert_eq(read(ans[0], res, sizeof(res)), (ssize_t)sizeof(res));
