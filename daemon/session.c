@@ -128,7 +128,8 @@ static ssize_t copy_pages(struct session *s, uint64_t dst, const char *src,
 	return (ssize_t)copied;
 }
 
-/* Poison the client's pages of [ioff, ioff + len): bad image data. */
+/* Poison the client's pages of [ioff, ioff + len): bad image data. The
+ * client learns how many from PROGRESS and DONE. */
 static void poison_locked(struct session *s, uint64_t ioff, size_t len)
 {
 	for (unsigned int i = 0; i < s->nr; i++) {
@@ -138,9 +139,11 @@ static void poison_locked(struct session *s, uint64_t ioff, size_t len)
 				     ? ioff + len
 				     : r->image_off + r->len;
 
-		if (a < e)
+		if (a < e) {
 			uffd_poison(s->uffd, r->start + (a - r->image_off),
 				    e - a, 0);
+			atomic_fetch_add(&s->pages_poisoned, (e - a) / PAGE);
+		}
 	}
 }
 
@@ -337,6 +340,7 @@ static int serve_fault(struct session *s, uint64_t addr, char *buf)
 	n = image_read(s->img, ioff, buf, PAGE);
 	if (n < 0) {
 		uffd_poison(s->uffd, page, PAGE, 0);
+		atomic_fetch_add(&s->pages_poisoned, 1);
 		return 0;
 	}
 	n = copy_pages(s, page, buf, 1);
@@ -409,6 +413,7 @@ void session_progress(struct session *s, struct proto_progress *p,
 	p->pages_urgent = atomic_load(&s->pages_urgent);
 	p->pages_background = atomic_load(&s->pages_background);
 	p->faults = atomic_load(&s->faults);
+	p->pages_poisoned = atomic_load(&s->pages_poisoned);
 	stat_sum(&lat, &s->lat); /* relaxed loads: the fault thread writes */
 	stat_export(&st, &lat);
 	p->p50_ns = faultd_stats_latency(&st, 50);
@@ -710,14 +715,17 @@ void sessions_stop_all(void)
 	pthread_mutex_unlock(&sessions_lock);
 }
 
-size_t sessions_status(struct proto_session *out, size_t max)
+/* The sessions of @uid's clients, or of everyone's for root (0). */
+size_t sessions_status(struct proto_session *out, size_t max, uid_t uid)
 {
 	size_t n = 0;
 
 	pthread_mutex_lock(&sessions_lock);
-	for (struct session *s = sessions; s && n < max; s = s->next, n++) {
+	for (struct session *s = sessions; s && n < max; s = s->next) {
 		struct proto_progress p;
 
+		if (uid && s->uid != uid)
+			continue;
 		session_progress(s, &p, MSG_PROGRESS);
 		out[n] = (struct proto_session){
 			.session = s->id,
@@ -731,6 +739,7 @@ size_t sessions_status(struct proto_session *out, size_t max)
 			.p99_ns = p.p99_ns,
 			.age_ms = now_ms() - s->started_ms,
 		};
+		n++;
 	}
 	pthread_mutex_unlock(&sessions_lock);
 	return n;

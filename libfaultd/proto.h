@@ -30,7 +30,8 @@
 #include <sys/types.h>
 
 #define PROTO_MAGIC 0x31504446u /* "FDP1" */
-#define PROTO_VERSION 1
+/* 2: PROGRESS and DONE carry pages_poisoned. */
+#define PROTO_VERSION 2
 #define PROTO_MAX_MSG 65536
 #define PROTO_MAX_RANGES 256
 
@@ -118,6 +119,7 @@ struct proto_progress {
 	uint64_t faults;
 	uint64_t p50_ns;	/* fault: message read to wake */
 	uint64_t p99_ns;
+	uint64_t pages_poisoned; /* bad image blocks: SIGBUS on access */
 };
 
 struct proto_session {
@@ -157,6 +159,7 @@ ssize_t proto_recv_checked(int sock, void *buf, size_t max, int *fds,
 ssize_t proto_call(int sock, const void *msg, const int *fds,
 		   unsigned int nfds, void *reply, size_t max);
 int proto_connect(const char *path);
+int proto_connect_daemon(const char *path, const char **why);
 const char *proto_default_socket(char *buf, size_t len);
 int proto_hello(int sock, uint64_t features, struct proto_hello *reply);
 void proto_error_send(int sock, int err, const char *fmt, ...)

@@ -16,7 +16,9 @@
  * connection (the daemon died), it starts the region's own handler threads
  * - the image pager is still there - and wakes the whole range, since a
  * dead daemon may have read faults it never answered. From then on the
- * region is served like a local one.
+ * region is served like a local one. The pages the daemon poisoned (a
+ * block whose checksum failed) are counted in the region's poisoned
+ * counter and logged, as the library's own handlers do.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -148,6 +150,24 @@ static void restore_take_over(struct faultd_region *r, bool died)
 	restore_done(rs);
 }
 
+/*
+ * Pages the daemon poisoned since its last report (bad image blocks):
+ * counted and logged here, as the region's own handlers would.
+ * Context: the watcher, the only writer of rs->progress.
+ */
+static void restore_poisoned(struct faultd_region *r,
+			     const struct proto_progress *p)
+{
+	uint64_t was = r->rs->progress.pages_poisoned;
+
+	if (p->pages_poisoned <= was)
+		return;
+	fd_err(r->ctx, "%s: the daemon poisoned %llu pages (bad image "
+		       "blocks): an access to them gets SIGBUS",
+	       r->name, (unsigned long long)(p->pages_poisoned - was));
+	stat_add_shared(r->bg_stats, ST_POISONED, p->pages_poisoned - was);
+}
+
 static void *restore_watch(void *arg)
 {
 	struct faultd_region *r = arg;
@@ -163,6 +183,7 @@ static void *restore_watch(void *arg)
 		if (n < 0 ||
 		    (p.h.type != MSG_PROGRESS && p.h.type != MSG_DONE))
 			break;
+		restore_poisoned(r, &p);
 		pthread_mutex_lock(&rs->lock);
 		rs->progress = p;
 		pthread_mutex_unlock(&rs->lock);
@@ -225,11 +246,16 @@ static int restore_connect(struct faultd_region *r, const char *path)
 	struct restore *rs = r->rs;
 	struct proto_hello hello;
 	char buf[108];
+	const char *why;
 	int ret;
+
 
 	if (!path && !(path = proto_default_socket(buf, sizeof(buf))))
 		return -ENAMETOOLONG;
-	rs->sock = proto_connect(path);
+	rs->sock = proto_connect_daemon(path, &why);
+	if (rs->sock < 0 && why)
+		fd_err(r->ctx, "%s: not using the daemon at %s: %s", r->name,
+		       path, why);
 	if (rs->sock < 0)
 		return rs->sock;
 	ret = proto_hello(rs->sock, PROTO_FEATURES, &hello);

@@ -802,3 +802,87 @@ Test(daemon, big_table_is_served_in_bounded_memory)
 	raw_close(&c);
 	cr_assert(daemon_alive());
 }
+
+/*
+ * A userfaultfd opened without O_NONBLOCK is refused at REGISTER with
+ * EINVAL (it used to be acknowledged, then dropped without a word).
+ */
+Test(daemon, blocking_uffd_refused)
+{
+	const char *img = make_image("blk", MIB, TAG);
+	struct raw c = raw_client(img, MIB, 0);
+	struct proto_range whole = { (uintptr_t)c.base, MIB, 0 };
+	int fds[2] = { c.uffd, c.image };
+
+	cr_assert_eq(fcntl(c.uffd, F_SETFL,
+			   fcntl(c.uffd, F_GETFL) & ~O_NONBLOCK), 0);
+	cr_assert_eq(raw_register(&c, &whole, 1, fds, 2), -EINVAL);
+	raw_close(&c);
+	cr_assert(daemon_alive());
+}
+
+static atomic_int poison_lines;
+
+static void count_poison_lines(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level <= FAULTD_LOG_ERR && strstr(msg, "the daemon poisoned 16 "))
+		atomic_fetch_add(&poison_lines, 1);
+}
+
+/* Exit 0: the daemon's poisoned block is in the region's counter and the
+ * log, and every other byte is right. */
+static void poisoned_client(void *arg)
+{
+	const char *img = arg;
+	struct faultd_ctx_opts co = { .size = sizeof(co),
+				      .log = count_poison_lines };
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON,
+					 .socket = sock };
+	struct faultd_stats st = { .size = sizeof(st) };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	char *base;
+
+	if (faultd_ctx_create(&co, &ctx) || faultd_restore(ctx, img, &o, &r))
+		_exit(10);
+	if (faultd_restore_wait(r))
+		_exit(11);
+	base = faultd_region_base(r);
+	if (pattern_check(TAG, 0, base, IMG_BLOCK) ||
+	    pattern_check(TAG, 2 * IMG_BLOCK, base + 2 * IMG_BLOCK,
+			  4 * MIB - 2 * IMG_BLOCK))
+		_exit(12);
+	faultd_region_stats(r, &st);
+	if (st.poisoned != IMG_BLOCK / 4096)
+		_exit(13);
+	if (atomic_load(&poison_lines) != 1)
+		_exit(14);
+	(void)*(volatile char *)(base + IMG_BLOCK); /* SIGBUS */
+	_exit(15);
+}
+
+/*
+ * A block whose checksum fails, in a restore the daemon serves: the
+ * client's library counts the daemon's poisoned pages (PROGRESS and DONE
+ * carry them) and logs them, as an in-process restore does; the pages
+ * get SIGBUS.
+ */
+Test(daemon, poisoned_block_reported_to_client)
+{
+	const char *img = make_image("poison", 4 * MIB, TAG);
+	struct img_header h;
+	unsigned char c;
+	int fd = open(img, O_RDWR), how;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	cr_assert_eq(pread(fd, &c, 1, (off_t)(h.data_off + IMG_BLOCK + 77)), 1);
+	c ^= 0x5a;
+	cr_assert_eq(pwrite(fd, &c, 1, (off_t)(h.data_off + IMG_BLOCK + 77)), 1);
+	close(fd);
+	how = run_in_child(poisoned_client, (void *)img);
+	cr_assert_eq(how, poison_signal(), "the client ended with %d", how);
+	cr_assert(daemon_alive());
+}

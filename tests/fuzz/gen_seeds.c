@@ -167,7 +167,7 @@ static void proto_seeds(void)
 	register_write("register-none", 0, 0x7f0000000000, PAGE, 0);
 	register_write("register-overlap", 2, 0x7f0000000000, 0, 0);
 	register_write("register-wrap", 1, UINT64_MAX & ~(PAGE - 1), PAGE, 0);
-	hello_write("hello-v2", 2, 2);
+	hello_write("hello-v3", 3, 3); /* a version nobody speaks */
 	out_write("proto", "short", mbuf, 8);
 }
 
