@@ -10,6 +10,8 @@
  *                 by the prefetch workers
  *   faultd-daemon the same through the faultd daemon (started by the
  *                 bench from ../daemon/faultd next to it, or $FAULTD_DAEMON)
+ *   faultd-daemon-mac  the same from an authenticated image: every block's
+ *                 HMAC-SHA256 checked (by the daemon) instead of its CRC32C
  * Metrics:
  *   first_access_ms  from the start of the restore to the first byte read
  *   gb_per_s         size / time until every page is in
@@ -30,18 +32,19 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "proto.h"
 
-enum { V_EAGER, V_LOCAL, V_DAEMON };
+enum { V_EAGER, V_LOCAL, V_DAEMON, V_DAEMON_MAC };
 enum { M_FIRST, M_GBPS, M_P99, M_P99_IDLE };
 
 #define SAMPLES 2000
 
-static char image[64];
+static char image[64], image_mac[64], key[64];
 static uint32_t crc_sink; /* keeps eager's checksums from being elided */
 static size_t image_len;
 static char sock[108];
@@ -51,29 +54,69 @@ static void image_remove(void)
 {
 	if (image[0])
 		unlink(image);
+	if (image_mac[0])
+		unlink(image_mac);
+	if (key[0])
+		unlink(key);
 	if (daemon_pid > 0)
 		kill(daemon_pid, SIGTERM);
 }
 
-/* The image, written once per process. */
+/* A new file in /var/tmp named after @what into @path (mode 0600). */
+static int tmp_file(char *path, const char *what)
+{
+	int fd;
+
+	snprintf(path, 64, "/var/tmp/faultd-bench-%s-XXXXXX", what);
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+/* The key of the authenticated image: 32 random bytes. */
+static int key_make(void)
+{
+	unsigned char k[32];
+	int fd, ret = tmp_file(key, "key");
+
+	if (ret)
+		return ret;
+	fd = open(key, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (getrandom(k, sizeof(k), 0) != sizeof(k) ||
+	    write(fd, k, sizeof(k)) != sizeof(k))
+		ret = -EIO;
+	close(fd);
+	return ret;
+}
+
+static int files_make(void)
+{
+	int ret = tmp_file(image, "image");
+
+	atexit(image_remove);
+	if (!ret)
+		ret = tmp_file(image_mac, "image-mac");
+	return ret ? ret : key_make();
+}
+
+/* The images (plain and authenticated), written once per process. */
 static int image_get(size_t len)
 {
 	struct faultd_region_opts o = { .size = sizeof(o), .length = len };
+	struct faultd_checkpoint_opts co = { .size = sizeof(co) };
 	struct faultd_ctx *ctx = bench_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region *r;
 	uint64_t *w;
-	int fd, ret;
+	int ret;
 
 	if (image_len == len)
 		return 0;
-	if (!image[0]) {
-		strcpy(image, "/var/tmp/faultd-bench-image-XXXXXX");
-		fd = mkstemp(image);
-		if (fd < 0)
-			return -errno;
-		close(fd);
-		atexit(image_remove);
-	}
+	if (!image[0] && (ret = files_make()) < 0)
+		return ret;
 	ret = ctx ? faultd_region_create(ctx, &o, &r) : -ENOMEM;
 	if (ret)
 		goto out;
@@ -81,6 +124,9 @@ static int image_get(size_t len)
 	for (size_t i = 0; i < len / 8; i++)
 		w[i] = i * 0x9e3779b97f4a7c15ull;
 	ret = faultd_checkpoint(r, image, NULL);
+	co.key_file = key;
+	if (!ret)
+		ret = faultd_checkpoint(r, image_mac, &co);
 	image_len = ret ? 0 : len;
 out:
 	faultd_ctx_destroy(ctx);
@@ -153,6 +199,7 @@ static int restore_once(unsigned int v, size_t len, unsigned int flags,
 {
 	struct faultd_restore_opts o = { .size = sizeof(o), .flags = flags,
 					 .socket = sock };
+	const char *path = v == V_DAEMON_MAC ? image_mac : image;
 	struct lat_hist *h = calloc(1, sizeof(*h));
 	struct faultd_ctx *ctx = bench_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region *r;
@@ -160,9 +207,11 @@ static int restore_once(unsigned int v, size_t len, unsigned int flags,
 	const char *base;
 	int ret;
 
-	if (v == V_DAEMON)
+	if (v == V_DAEMON || v == V_DAEMON_MAC)
 		o.flags |= FAULTD_RESTORE_DAEMON;
-	ret = h && ctx ? faultd_restore(ctx, image, &o, &r) : -ENOMEM;
+	if (v == V_DAEMON_MAC)
+		o.key_file = key;
+	ret = h && ctx ? faultd_restore(ctx, path, &o, &r) : -ENOMEM;
 	if (ret)
 		goto out;
 	base = faultd_region_base(r);
@@ -235,7 +284,7 @@ static int restore_run(const struct bench_opts *o, unsigned int v,
 		return ret;
 	if (v == V_EAGER)
 		return eager(len, out);
-	if (v == V_DAEMON && daemon_get() < 0) {
+	if ((v == V_DAEMON || v == V_DAEMON_MAC) && daemon_get() < 0) {
 		out->skipped = "no faultd daemon next to faultd-bench "
 			       "(set FAULTD_DAEMON)";
 		return 0;
@@ -250,11 +299,12 @@ const struct scenario scenario_restore = {
 		"population GB/s, fault p99 during and without the push",
 	.metrics = { "first_access_ms", "gb_per_s", "p99_ns", "p99_ns_idle" },
 	.nmetrics = 4,
-	.variants = { "eager", "faultd-local", "faultd-daemon" },
-	.nvariants = 3,
+	.variants = { "eager", "faultd-local", "faultd-daemon",
+		      "faultd-daemon-mac" },
+	.nvariants = 4,
 	.ratios = { { V_LOCAL, V_EAGER }, { V_DAEMON, V_EAGER },
-		    { V_DAEMON, V_LOCAL } },
-	.nratios = 3,
+		    { V_DAEMON, V_LOCAL }, { V_DAEMON_MAC, V_DAEMON } },
+	.nratios = 4,
 	.default_threads = 1,
 	.default_size_mib = 512,
 	.run = restore_run,

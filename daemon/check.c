@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * check.c - what the daemon checks before it serves a registration: that
- * the descriptor is a userfaultfd, that the ranges are sane, apart, inside
- * the image, and registered with a userfaultfd in the client for missing
- * faults (its /proc/PID/smaps says "um"). Each failure has its own reason,
- * sent back to the client.
+ * the descriptor is a non-blocking userfaultfd, that the ranges are sane,
+ * apart, inside the image, and registered with a userfaultfd in the client
+ * for missing faults (its /proc/PID/smaps says "um"), read with the
+ * client's own rights from the process that connected (peer.c). Each
+ * failure has its own reason, sent back to the client.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,18 +17,26 @@
 
 #include "daemon.h"
 
-/* Is @fd a userfaultfd? 0, or -EBADF. */
-int check_uffd(int fd)
+/*
+ * Is @fd a userfaultfd opened with O_NONBLOCK? 0, -EBADF (not one) or
+ * -EINVAL (blocking: the session engine reads it only after a poll, but a
+ * read of a blocking one could still wait for good), with *why.
+ */
+int check_uffd(int fd, const char **why)
 {
 	char path[64], target[64];
 	ssize_t n;
 
+	*why = "the first descriptor is not a userfaultfd";
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, target, sizeof(target) - 1);
 	if (n < 0)
 		return -EBADF;
 	target[n] = 0;
-	return strcmp(target, "anon_inode:[userfaultfd]") ? -EBADF : 0;
+	if (strcmp(target, "anon_inode:[userfaultfd]"))
+		return -EBADF;
+	*why = "the userfaultfd was opened without O_NONBLOCK";
+	return fcntl(fd, F_GETFL) & O_NONBLOCK ? 0 : -EINVAL;
 }
 
 static int cmp_start(const void *a, const void *b)
@@ -100,15 +110,39 @@ static int covered(FILE *f, uint64_t start, uint64_t end)
 }
 
 /*
- * check_ranges() - the ranges of @m against the image and the client.
- * Returns 0, or -EINVAL / -ERANGE / -EFAULT / -EACCES with *why.
+ * The client's smaps, opened with its rights, once it is known to be the
+ * process that connected. NULL, with *err and *why, if not.
+ */
+static FILE *open_smaps(const struct peer *peer, int *err, const char **why)
+{
+	int fd;
+	FILE *f;
+
+	*err = peer_unchanged(peer, why);
+	if (*err)
+		return NULL;
+	fd = peer_open(peer, "smaps");
+	*why = "cannot read the client's mappings";
+	*err = fd == -EACCES || fd == -EPERM ? -EACCES : fd;
+	if (fd < 0)
+		return NULL;
+	f = fdopen(fd, "r");
+	*err = -errno;
+	if (!f)
+		close(fd);
+	return f;
+}
+
+/*
+ * check_ranges() - the ranges of @m against the image and the client
+ * @peer. Returns 0, or -EINVAL / -ERANGE / -EFAULT / -EACCES / -EPERM /
+ * -ESRCH with *why.
  */
 int check_ranges(const struct proto_register *m, const struct image *img,
-		 pid_t pid, const char **why)
+		 const struct peer *peer, const char **why)
 {
 	uint64_t image_len = (img->h.region_len + 4095) & ~4095ull;
 	struct proto_range r[PROTO_MAX_RANGES];
-	char path[64];
 	FILE *f;
 	int ret = 0;
 
@@ -124,11 +158,9 @@ int check_ranges(const struct proto_register *m, const struct image *img,
 	if (overlaps(r, m->nr_ranges, cmp_start, false) ||
 	    overlaps(r, m->nr_ranges, cmp_image, true))
 		return -EINVAL;
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "re");
-	*why = "cannot read the client's mappings";
+	f = open_smaps(peer, &ret, why);
 	if (!f)
-		return -EACCES;
+		return ret;
 	for (uint32_t i = 0; !ret && i < m->nr_ranges; i++) {
 		ret = covered(f, r[i].start, r[i].start + r[i].len);
 		*why = ret == -EFAULT ? "a range is not mapped in the client"

@@ -9,7 +9,10 @@
  * For each session: the client's pid, pages in / total (urgent: filled
  * for faults; background: pushed), faults, and fault latency p50/p99
  * (from reading the fault to waking the thread). On a terminal, watch
- * draws a progress bar per session.
+ * draws a progress bar per session. A user other than root sees only
+ * the sessions of its own processes. faultctl talks only to a daemon of
+ * root's or of its own user, through directories no other user can
+ * change (proto_connect_daemon()).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,12 +32,15 @@ static int status_get(struct proto_status *st)
 	struct proto_hdr req;
 	struct proto_hello hello;
 	static char def[108];
+	const char *why;
 	ssize_t n;
 	int s, ret;
 
 	if (!sock_path && !(sock_path = proto_default_socket(def, sizeof(def))))
 		return -ENAMETOOLONG;
-	s = proto_connect(sock_path);
+	s = proto_connect_daemon(sock_path, &why);
+	if (s < 0 && why)
+		fprintf(stderr, "faultctl: %s: %s\n", sock_path, why);
 	if (s < 0)
 		return s;
 	ret = proto_hello(s, 0, &hello);

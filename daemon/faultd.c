@@ -3,27 +3,30 @@
  * faultd.c - the daemon: serves the page faults of restored processes from
  * their checkpoint images.
  *
- *   faultd [--socket PATH] [--max-sessions N] [-v] [-v]
+ *   faultd [--socket PATH] [--max-sessions N] [--max-user-sessions N]
+ *          [--max-connections N] [--max-user-connections N]
+ *          [--handshake-timeout MS] [-v] [-v]
  *
  * It listens on a SOCK_SEQPACKET Unix socket (PATH, or the one systemd
  * passes with socket activation, or $XDG_RUNTIME_DIR/faultd.sock, else
- * /run/faultd/faultd.sock). Each connection gets a thread: HELLO, then
- * REGISTER (a session, see session.c) or STATUS (for faultctl). A client
- * is identified by SO_PEERCRED; a daemon not run as root serves only its
- * own user. Anything malformed gets an ERROR saying what, and the
- * connection is closed; the daemon carries on. SIGTERM or SIGINT ends the
- * sessions (their clients serve themselves from then on) and the daemon.
+ * /run/faultd/faultd.sock). One loop reads every connection's HELLO and
+ * REGISTER (a session, see session.c) or STATUS (for faultctl), within
+ * the limits (conn.c). A client is identified by SO_PEERCRED; a daemon
+ * not run as root serves only its own user. Anything malformed gets an
+ * ERROR saying what, and the connection is closed; the daemon carries
+ * on. SIGTERM or SIGINT ends the sessions (their clients serve themselves
+ * from then on) and the daemon.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -36,11 +39,14 @@
 
 #include "daemon.h"
 
-#define HANDSHAKE_TIMEOUT_S 5
-
-struct daemon_opts dopts = { .max_sessions = 1024, .keeper_grace_s = 30 };
+struct daemon_opts dopts = {
+	.max_sessions = 1024,
+	.max_conns = 256,
+	.max_user_conns = 16,
+	.handshake_ms = 5000,
+	.keeper_grace_s = 30,
+};
 uint64_t daemon_started_ms;
-static atomic_uint nr_sessions;
 
 uint64_t now_ms(void)
 {
@@ -60,106 +66,6 @@ void dlog(int level, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-/* ------------------------------------------------------------------------
- * One connection.
- */
-
-/* Receive one well-formed message; on a bad one, tell the peer why. */
-static ssize_t recv_checked(int sock, void *buf, size_t max, int *fds,
-			    unsigned int max_fds, unsigned int *nfds)
-{
-	const char *why;
-	ssize_t n = proto_recv_checked(sock, buf, max, fds, max_fds, nfds,
-				       &why);
-
-	if (n < 0 && why)
-		proto_error_send(sock, (int)n, "%s", why);
-	return n;
-}
-
-static int hello(int sock)
-{
-	struct proto_hello h, reply = { .min_version = PROTO_VERSION,
-					.max_version = PROTO_VERSION,
-					.features = PROTO_FEATURES };
-	ssize_t n = recv_checked(sock, &h, sizeof(h), NULL, 0, NULL);
-
-	if (n < 0)
-		return (int)n;
-	if (h.h.type != MSG_HELLO) {
-		proto_error_send(sock, -EPROTO, "expected HELLO first");
-		return -EPROTO;
-	}
-	if (h.min_version > PROTO_VERSION || h.max_version < PROTO_VERSION) {
-		proto_error_send(sock, -EPROTONOSUPPORT,
-				 "this daemon speaks protocol version %u only",
-				 PROTO_VERSION);
-		return -EPROTONOSUPPORT;
-	}
-	proto_init(&reply.h, MSG_HELLO, sizeof(reply));
-	return proto_send(sock, &reply, NULL, 0);
-}
-
-/* A REGISTER (a session until it ends) or a STATUS, after HELLO. */
-static void serve(int sock, const struct ucred *cred)
-{
-	union {
-		struct proto_register reg;
-		char buf[PROTO_MAX_MSG];
-	} *u = malloc(sizeof(*u));
-	int fds[2] = { -1, -1 };
-	unsigned int nfds = 0;
-	ssize_t n = u ? recv_checked(sock, u, sizeof(*u), fds, 2, &nfds) : -ENOMEM;
-
-	if (n < 0)
-		goto out;
-	if (u->reg.h.type == MSG_STATUS) {
-		fdp_status(sock, cred->uid);
-		goto out;
-	}
-	if (u->reg.h.type != MSG_REGISTER || nfds != 2) {
-		proto_error_send(sock, -EPROTO, u->reg.h.type == MSG_REGISTER
-			? "REGISTER needs two descriptors: uffd and image"
-			: "expected REGISTER or STATUS");
-		goto out;
-	}
-	if (atomic_fetch_add(&nr_sessions, 1) >= dopts.max_sessions) {
-		proto_error_send(sock, -EBUSY, "too many sessions");
-		atomic_fetch_sub(&nr_sessions, 1);
-		goto out;
-	}
-	fdp_register(sock, &u->reg, fds, cred);
-	atomic_fetch_sub(&nr_sessions, 1);
-out:
-	for (unsigned int i = 0; i < nfds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	free(u);
-	close(sock);
-}
-
-static void *conn_main(void *arg)
-{
-	int sock = (int)(intptr_t)arg;
-	struct timeval tv = { .tv_sec = HANDSHAKE_TIMEOUT_S };
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-
-	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
-	    (geteuid() != 0 && cred.uid != geteuid())) {
-		proto_error_send(sock, -EACCES, "not allowed");
-		close(sock);
-		return NULL;
-	}
-	if (hello(sock) < 0) {
-		close(sock);
-		return NULL;
-	}
-	serve(sock, &cred);
-	return NULL;
 }
 
 /* ------------------------------------------------------------------------
@@ -217,7 +123,8 @@ static int listen_on(const char *path)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	char dir[sizeof(a.sun_path)];
-	int s, probe;
+	int s, probe, ret;
+	mode_t mask;
 
 	if (strlen(path) >= sizeof(a.sun_path))
 		return -ENAMETOOLONG;
@@ -233,9 +140,16 @@ static int listen_on(const char *path)
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
-	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    chmod(path, geteuid() == 0 ? 0666 : 0600) < 0 ||
-	    listen(s, 128) < 0) {
+	/*
+	 * The file bind() makes takes the socket's mode less the umask, so
+	 * the umask sets it: a chmod() of the path afterwards would follow
+	 * whatever another user put there meanwhile. No other thread runs
+	 * yet to see this umask.
+	 */
+	mask = umask(geteuid() == 0 ? 0111 : 0177);
+	ret = bind(s, (struct sockaddr *)&a, sizeof(a));
+	umask(mask);
+	if (ret < 0 || listen(s, 128) < 0) {
 		int err = -errno;
 
 		close(s);
@@ -244,28 +158,31 @@ static int listen_on(const char *path)
 	return s;
 }
 
-static void accept_one(int ls)
+/* Strict: all of @arg a decimal number in [@min, @max], or exit 2. */
+static unsigned int parse_uint(const char *opt, const char *arg,
+			       unsigned int min, unsigned int max)
 {
-	int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-	pthread_t t;
-	pthread_attr_t attr;
+	unsigned long v;
+	char *end;
 
-	if (c < 0)
-		return;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, conn_main, (void *)(intptr_t)c)) {
-		proto_error_send(c, -EAGAIN, "cannot start a thread");
-		close(c);
+	errno = 0;
+	v = strtoul(arg, &end, 10);
+	if (*arg < '0' || *arg > '9' || *end || errno || v < min || v > max) {
+		fprintf(stderr, "faultd: --%s: '%s' is not a number from %u "
+			"to %u\n", opt, arg, min, max);
+		exit(2);
 	}
-	pthread_attr_destroy(&attr);
+	return (unsigned int)v;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: faultd [--socket PATH] [--max-sessions N] "
-		   "[--keeper-grace SECONDS] [--no-keeper] [--fd-store] "
-		   "[-v]...\n"
+		   "[--max-user-sessions N]\n"
+		   "              [--max-connections N] "
+		   "[--max-user-connections N]\n"
+		   "              [--handshake-timeout MS] [--keeper-grace S] "
+		   "[--no-keeper] [--fd-store] [-v]...\n"
 		   "       faultd keeper --socket PATH --grace SECONDS\n");
 }
 
@@ -279,7 +196,7 @@ static int keeper_cmd(int argc, char **argv)
 		if (!strcmp(argv[i], "--socket"))
 			sock = argv[i + 1];
 		else if (!strcmp(argv[i], "--grace"))
-			grace = (unsigned int)strtoul(argv[i + 1], NULL, 10);
+			grace = parse_uint("grace", argv[i + 1], 0, 86400);
 	}
 	if (!sock) {
 		usage(stderr);
@@ -288,11 +205,17 @@ static int keeper_cmd(int argc, char **argv)
 	return keeper_main(sock, grace);
 }
 
+#define MAX_LIMIT 1000000
+
 static int parse(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "max-sessions", required_argument, NULL, 'm' },
+		{ "max-user-sessions", required_argument, NULL, 'u' },
+		{ "max-connections", required_argument, NULL, 'c' },
+		{ "max-user-connections", required_argument, NULL, 'C' },
+		{ "handshake-timeout", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "keeper-grace", required_argument, NULL, 'g' },
 		{ "no-keeper", no_argument, NULL, 'K' },
@@ -300,43 +223,35 @@ static int parse(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct daemon_opts *o = &dopts;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "s:m:vh", longopts, NULL)) != -1) {
+		unsigned int *limit = NULL, max = MAX_LIMIT;
+		int i;
+
 		switch (c) {
-		case 's': dopts.socket = optarg; break;
-		case 'm': dopts.max_sessions = (unsigned int)atoi(optarg); break;
-		case 'v': dopts.verbose++; break;
-		case 'g':
-			dopts.keeper_grace_s = (unsigned int)strtoul(optarg,
-								     NULL, 10);
-			break;
-		case 'K': dopts.no_keeper = true; break;
-		case 'F': dopts.fd_store = true; break;
+		case 's': o->socket = optarg; continue;
+		case 'm': limit = &o->max_sessions; break;
+		case 'u': limit = &o->max_user_sessions; break;
+		case 'c': limit = &o->max_conns; break;
+		case 'C': limit = &o->max_user_conns; break;
+		case 't': limit = &o->handshake_ms; max = 3600000; break;
+		case 'g': limit = &o->keeper_grace_s; max = 86400; break;
+		case 'v': o->verbose++; continue;
+		case 'K': o->no_keeper = true; continue;
+		case 'F': o->fd_store = true; continue;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
+		for (i = 0; longopts[i].val != c; i++)
+			;
+		*limit = parse_uint(longopts[i].name, optarg, 1, max);
 	}
+	/* By default one user may take a quarter of the sessions. */
+	if (!o->max_user_sessions)
+		o->max_user_sessions = o->max_sessions / 4 ? o->max_sessions / 4 : 1;
 	return optind == argc ? 0 : -1;
-}
-
-/* Serve until SIGTERM or SIGINT. */
-static void serve_loop(int ls, int sfd)
-{
-	for (;;) {
-		struct pollfd p[3] = { { .fd = ls, .events = POLLIN },
-				       { .fd = sfd, .events = POLLIN },
-				       { .fd = restart_fd(), .events = 0 } };
-
-		if (poll(p, 3, -1) < 0 && errno != EINTR)
-			break;
-		if (p[1].revents)
-			break;
-		if (p[2].revents)
-			restart_keeper_lost();
-		if (p[0].revents)
-			accept_one(ls);
-	}
 }
 
 /* Attach to the keeper (or store): sessions adopted, socket perhaps. */
@@ -352,11 +267,23 @@ static int keep_begin(void)
 	return restart_begin(&ko);
 }
 
+/* Sessions need many descriptors: take the hard limit (systemd's soft
+ * default is 1024 for compatibility with select(), which is not used). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	char def[108];
 	sigset_t stop;
-	int ls, sfd;
+	int ls, sfd, ret;
 	bool own;
 
 	if (argc > 1 && !strcmp(argv[1], "keeper"))
@@ -364,6 +291,7 @@ int main(int argc, char **argv)
 	if (parse(argc, argv) < 0)
 		return 2;
 	std_fds();
+	raise_nofile();
 	daemon_started_ms = now_ms();
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&stop);
@@ -406,11 +334,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	dlog(1, "listening on %s", own ? dopts.socket : "an activated socket");
-	serve_loop(ls, sfd);
-	dlog(1, "stopping: %u sessions", atomic_load(&nr_sessions));
+	ret = conn_loop(ls, sfd);
+	if (ret < 0)
+		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
+	dlog(1, "stopping");
 	sessions_stop_all();
 	if (restart_end() && own)
 		unlink(dopts.socket);
 	close(ls);
-	return 0;
+	return ret < 0 ? 1 : 0;
 }

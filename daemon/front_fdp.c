@@ -24,6 +24,8 @@ struct fdp {
 	int sock;
 	struct space *sp;
 	bool sent_done;
+	bool has_key;		/* the image is authenticated with key */
+	struct img_key key;	/* the image's own key (PROTO_REG_MAC) */
 };
 
 static void fdp_progress(struct session *s, struct proto_progress *p,
@@ -40,6 +42,7 @@ static void fdp_progress(struct session *s, struct proto_progress *p,
 	p->faults = v.faults;
 	p->p50_ns = v.p50_ns;
 	p->p99_ns = v.p99_ns;
+	p->pages_poisoned = v.poisoned;
 }
 
 /* PREFETCH: the client wants [start, ..) next; the push goes there. */
@@ -109,17 +112,28 @@ static const struct session_fe_ops fdp_ops = {
 	.space_gone = fdp_space_gone,
 };
 
-/* What a restarted daemon needs of the front end: LAZY, DONE sent. */
+static void fdp_free(void *arg)
+{
+	struct fdp *f = arg;
+
+	explicit_bzero(&f->key, sizeof(f->key));
+	free(f);
+}
+
+/* What a restarted daemon needs of the front end: DONE sent, the key. */
 struct fdp_blob {
 	uint32_t sent_done;
-	uint32_t reserved;
+	uint32_t has_key;
+	uint8_t key[32];	/* the image's own key: the keeper is root's */
 };
 
 static size_t fdp_save(struct session *s, void *blob, size_t max)
 {
 	struct fdp *f = s->fe_data;
-	struct fdp_blob b = { .sent_done = f->sent_done };
+	struct fdp_blob b = { .sent_done = f->sent_done,
+			      .has_key = f->has_key };
 
+	memcpy(b.key, f->key.key, sizeof(b.key));
 	if (max < sizeof(b))
 		return 0;
 	memcpy(blob, &b, sizeof(b));
@@ -142,11 +156,20 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 	struct source *src = NULL;
 	int ret = f ? 0 : -ENOMEM;
 
+	const char *why;
+
 	memcpy(&b, blob, len < sizeof(b) ? len : sizeof(b));
 	if (!ret && (nr_srcs != 1 || srcfds[0] < 0 || peer < 0))
 		ret = -EBADMSG;
+	if (!ret && b.has_key) {
+		f->has_key = true;
+		f->key = (struct img_key){ .image_key = true };
+		memcpy(f->key.key, b.key, sizeof(b.key));
+	}
+	explicit_bzero(&b, sizeof(b));
 	if (!ret)
-		ret = src_image_open(srcfds[0], &src);
+		ret = src_image_open(srcfds[0], f->has_key ? &f->key : NULL,
+				     &src, &why);
 	if (!ret && (ret = session_own_source(s, src)))
 		source_destroy(src);
 	for (size_t i = 0; i < nr_srcs; i++)
@@ -162,7 +185,7 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 	f->sent_done = b.sent_done;
 	s->fe = &fdp_ops;
 	s->fe_data = f;
-	s->fe_free = free;
+	s->fe_free = fdp_free;
 	s->peer_fd = peer;
 	s->close_peer = true;
 	fdp_name(s);
@@ -188,27 +211,50 @@ static struct srange *fdp_ranges(const struct proto_register *m)
 	return r;
 }
 
-/* Check @m and its descriptors; a source for its image. */
-static int fdp_check(const struct proto_register *m, const int *fds,
-		     pid_t pid, struct source **srcp, const char **why)
+/*
+ * The image of a REGISTER, a source checked with the key it carries, if
+ * any: the image's own key (the client holds the user's key and derives
+ * it), so that the daemon checks every block as the client would and
+ * learns nothing that serves for another image. Whatever key a client
+ * sends only decides what is served into its own memory.
+ */
+static int fdp_image(const struct proto_register *m, int fd,
+		     struct fdp *f, struct source **srcp, const char **why)
 {
-	struct image *img;
+	struct img_key *key = NULL;
 	int ret;
 
-	*why = "the first descriptor is not a userfaultfd";
-	if (check_uffd(fds[0]) < 0)
-		return -EBADF;
-	*why = "unknown REGISTER flags";
-	if (m->flags & ~PROTO_REG_FLAGS)
-		return -EINVAL;
-	ret = src_image_open(fds[1], srcp);
-	*why = ret == -EINVAL || ret == -EOPNOTSUPP
-		       ? "the second descriptor is not a full checkpoint image"
-		       : "the image cannot be used";
+	if (m->flags & PROTO_REG_MAC) {
+		f->key = (struct img_key){ .image_key = true };
+		memcpy(f->key.key, proto_register_key(m), PROTO_KEY_LEN);
+		f->has_key = true;
+		key = &f->key;
+	}
+	*why = "the image cannot be used";
+	ret = src_image_open(fd, key, srcp, why);
+	if (ret == -EINVAL || ret == -EOPNOTSUPP) {
+		*why = "the second descriptor is not a full checkpoint image";
+		ret = -EINVAL;
+	}
+	return ret;
+}
+
+/* Check @m and its descriptors; a source for its image. */
+static int fdp_check(const struct proto_register *m, const int *fds,
+		     const struct peer *peer, struct fdp *f,
+		     struct source **srcp, const char **why)
+{
+	int ret = check_uffd(fds[0], why);
+
+	if (!ret && (m->flags & ~PROTO_REG_FLAGS)) {
+		*why = "unknown REGISTER flags";
+		ret = -EINVAL;
+	}
+	if (!ret)
+		ret = fdp_image(m, fds[1], f, srcp, why);
 	if (ret)
-		return ret == -EOPNOTSUPP ? -EINVAL : ret;
-	img = src_image_of(*srcp);
-	ret = check_ranges(m, img, pid, why);
+		return ret;
+	ret = check_ranges(m, src_image_of(*srcp), peer, why);
 	if (ret) {
 		source_destroy(*srcp);
 		*srcp = NULL;
@@ -222,15 +268,15 @@ static int fdp_check(const struct proto_register *m, const int *fds,
  * caller's.
  */
 static int fdp_session(int sock, const struct proto_register *m,
-		       const int *fds, const struct ucred *peer,
-		       struct fdp *f, struct session **sp)
+		       const int *fds, struct peer *peer, struct fdp *f,
+		       struct session **sp)
 {
 	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY) };
 	struct source *src = NULL;
 	struct srange *r = NULL;
 	struct session *s = NULL;
 	const char *why;
-	int ret = fdp_check(m, fds, peer->pid, &src, &why);
+	int ret = fdp_check(m, fds, peer, f, &src, &why);
 
 	if (!ret) {
 		why = "cannot start the session";
@@ -243,7 +289,7 @@ static int fdp_session(int sock, const struct proto_register *m,
 	if (!ret && !(r = fdp_ranges(m)))
 		ret = -ENOMEM;
 	if (!ret)
-		ret = session_add_space(s, fds[0], peer->pid, 0,
+		ret = session_add_space(s, fds[0], peer->pid, peer->pidfd, 0,
 					s->srcs[0], r, m->nr_ranges, NULL, 0,
 					&why, &f->sp);
 	free(r);
@@ -253,6 +299,7 @@ static int fdp_session(int sock, const struct proto_register *m,
 		session_free(s);
 		return ret;
 	}
+	peer->pidfd = -1; /* the space's now */
 	s->uid = peer->uid;
 	s->pid = peer->pid;
 	*sp = s;
@@ -266,7 +313,7 @@ static int fdp_session(int sock, const struct proto_register *m,
  * client got the error). Context: the connection's thread.
  */
 int fdp_register(int sock, const struct proto_register *m, int *fds,
-		 const struct ucred *peer)
+		 struct peer *peer)
 {
 	struct fdp f = { .sock = sock };
 	struct proto_ack ack;

@@ -199,14 +199,15 @@ int session_adopt_space(struct session *s, struct space *sp)
 
 /*
  * session_add_space() - serve @uffd (taken over on success) of process
- * @pid: client ranges @r onto @src (which the session must own or outlive),
+ * @pid, whose pidfd is @pidfd (taken over on success; -1: opened here):
+ * client ranges @r onto @src (which the session must own or outlive),
  * tracked parts @seg (NULL: the ranges' parts of the source). On failure
  * *why says what was wrong with the request. Context: as adopt.
  */
-int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
-		      struct source *src, const struct srange *r, size_t nr,
-		      const struct sseg *seg, size_t nseg, const char **why,
-		      struct space **spp)
+int session_add_space(struct session *s, int uffd, pid_t pid, int pidfd,
+		      uint64_t id, struct source *src, const struct srange *r,
+		      size_t nr, const struct sseg *seg, size_t nseg,
+		      const char **why, struct space **spp)
 {
 	struct space *sp;
 	int ret = space_create(s, uffd, pid, id, src, r, nr, seg, nseg, why,
@@ -214,7 +215,9 @@ int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
 
 	if (ret)
 		return ret;
-	if (pid > 0) {
+	if (pidfd >= 0) {
+		sp->pidfd = pidfd;
+	} else if (pid > 0) {
 		sp->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 		if (sp->pidfd < 0) {
 			*why = "the process is gone";
@@ -226,7 +229,9 @@ int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
 		*why = "cannot watch the process";
 	}
 	if (ret) {
-		sp->uffd = -1; /* still the caller's */
+		sp->uffd = -1; /* still the caller's, and so is @pidfd */
+		if (sp->pidfd == pidfd)
+			sp->pidfd = -1;
 		space_free(sp);
 		return ret;
 	}

@@ -198,10 +198,10 @@ int session_create(const struct session_opts *o,
 int session_own_source(struct session *s, struct source *src);
 uint32_t session_source_index(const struct session *s,
 			      const struct source *src);
-int session_add_space(struct session *s, int uffd, pid_t pid, uint64_t id,
-		      struct source *src, const struct srange *r, size_t nr,
-		      const struct sseg *seg, size_t nseg, const char **why,
-		      struct space **spp);
+int session_add_space(struct session *s, int uffd, pid_t pid, int pidfd,
+		      uint64_t id, struct source *src, const struct srange *r,
+		      size_t nr, const struct sseg *seg, size_t nseg,
+		      const char **why, struct space **spp);
 int session_adopt_space(struct session *s, struct space *sp);
 int session_run(struct session *s);
 void session_set_identity(struct session *s, uint64_t id, uid_t uid,

@@ -56,17 +56,19 @@ static const struct source_ops src_image_ops = {
 
 /*
  * src_image_open() - a source over the image open on @fd (the caller
- * keeps @fd; the image holds its own). Returns 0, -EINVAL (not an image),
- * -EOPNOTSUPP (incremental: served in the process only), or -errno.
+ * keeps @fd; the image holds its own), checked with @key (NULL: none).
+ * Returns 0, -EINVAL (not an image), -EOPNOTSUPP (incremental: served in
+ * the process only), or -errno, with *why from image_open().
  */
-int src_image_open(int fd, struct source **sp)
+int src_image_open(int fd, const struct img_key *key, struct source **sp,
+		   const char **why)
 {
 	struct src_image *si = calloc(1, sizeof(*si));
 	int ret;
 
 	if (!si)
 		return -ENOMEM;
-	ret = image_open(fd, NULL, &si->img);
+	ret = image_open(fd, NULL, key, &si->img, why);
 	if (!ret && (si->img->h.flags & IMG_INCREMENTAL))
 		ret = -EOPNOTSUPP;
 	if (ret) {

@@ -7,16 +7,17 @@
  * thread: pages a pager would produce are faulted in on the way (a region
  * without a pager or page cache skips blocks with no page present, which
  * would read as zeros). Each block is copied by that thread into a buffer
- * first, and written and checksummed from there: the kernel never reads
+ * first, and written and checked from there: the kernel never reads
  * region memory on the library's behalf (a userfaultfd of user faults
  * only, all an unprivileged process may have, cannot resolve the kernel's
  * own access to a missing page), and the bytes written are the bytes
- * checksummed even while the application writes. A block of zeros takes
- * no space; the others are written with their CRC32C. An incremental image holds only the blocks
+ * checked even while the application writes. A block of zeros takes no
+ * space; the others are written with their CRC32C. An incremental image holds only the blocks
  * with a page written since the last collection of the region's dirty set
  * (write tracking), and names its parent. A full image of a tracked
  * region collects that set first, so the next incremental image is
- * against this one.
+ * against this one. With a key file, every check is an HMAC-SHA256 under
+ * the image's key instead of a CRC32C (imgcheck.c).
  *
  * The image goes to a temporary file in the target's directory and is
  * renamed over the target only when complete: a crash leaves the old image
@@ -43,10 +44,12 @@ struct ckpt {
 	size_t len;		/* the region's length */
 	int fd;			/* the temporary file */
 	struct img_header h;
+	struct img_checker *chk;
+	size_t check_size;	/* bytes of one check */
 	struct img_extent *ext;	/* nr_extents used */
 	size_t ext_cap;
-	uint32_t *crcs;		/* nr_blocks used */
-	size_t crcs_cap;
+	uint8_t *checks;	/* nr_blocks used, check_size bytes each */
+	size_t checks_cap;
 	uint64_t *dirty;	/* incremental: the pages to write */
 	size_t parent_len;	/* incremental: what the parent covers */
 };
@@ -123,14 +126,14 @@ static int data_add(struct ckpt *c, uint64_t b, const char *src)
 {
 	int ret;
 
-	if (c->h.nr_blocks == c->crcs_cap) {
-		size_t cap = c->crcs_cap ? 2 * c->crcs_cap : 256;
-		void *q = realloc(c->crcs, cap * sizeof(*c->crcs));
+	if (c->h.nr_blocks == c->checks_cap) {
+		size_t cap = c->checks_cap ? 2 * c->checks_cap : 256;
+		void *q = realloc(c->checks, cap * c->check_size);
 
 		if (!q)
 			return -ENOMEM;
-		c->crcs = q;
-		c->crcs_cap = cap;
+		c->checks = q;
+		c->checks_cap = cap;
 	}
 	ret = extent_add(c, b, IMG_DATA);
 	if (ret < 0)
@@ -140,8 +143,11 @@ static int data_add(struct ckpt *c, uint64_t b, const char *src)
 		   (off_t)(IMG_BLOCK + c->h.nr_blocks * IMG_BLOCK)) !=
 	    (ssize_t)IMG_BLOCK)
 		return -errno;
-	c->crcs[c->h.nr_blocks++] = crc32c(0, src, IMG_BLOCK);
-	return 0;
+	ret = img_check(c->chk, IMG_L_DATA, c->h.nr_blocks, src, IMG_BLOCK,
+			c->checks + c->h.nr_blocks * c->check_size);
+	if (!ret)
+		c->h.nr_blocks++;
+	return ret;
 }
 
 /*
@@ -173,42 +179,97 @@ static int blocks_write(struct ckpt *c)
 	return ret;
 }
 
-/* The tables after the data, then the header that makes them valid. */
-static int tables_write(struct ckpt *c)
+/*
+ * Write table @label from @off: @n entries of @size bytes at @p, in chunks
+ * of IMG_CHUNK that end with their check (unused entries zeros).
+ */
+static int table_write(struct ckpt *c, enum img_label label, uint64_t off,
+		       const void *p, uint64_t n, size_t size)
 {
-	size_t elen = c->h.nr_extents * sizeof(*c->ext);
-	size_t clen = c->h.nr_blocks * sizeof(*c->crcs);
+	uint64_t per = (IMG_CHUNK - IMG_TRAILER) / size;
+	char *chunk = malloc(IMG_CHUNK);
+	int ret = chunk ? 0 : -ENOMEM;
+
+	for (uint64_t i = 0; !ret && i * per < n; i++) {
+		uint64_t k = n - i * per < per ? n - i * per : per;
+
+		memset(chunk, 0, IMG_CHUNK);
+		memcpy(chunk, (const char *)p + i * per * size, k * size);
+		ret = img_check(c->chk, label, i, chunk, IMG_CHUNK - IMG_TRAILER,
+				(uint8_t *)chunk + IMG_CHUNK - IMG_TRAILER);
+		errno = EIO; /* what a short write reports */
+		if (!ret && pwrite(c->fd, chunk, IMG_CHUNK,
+				   (off_t)(off + i * IMG_CHUNK)) != IMG_CHUNK)
+			ret = -errno;
+	}
+	free(chunk);
+	return ret;
+}
+
+/* The number of chunks of @n entries of @size bytes. */
+static uint64_t chunks_of(uint64_t n, size_t size)
+{
+	uint64_t per = (IMG_CHUNK - IMG_TRAILER) / size;
+
+	return (n + per - 1) / per;
+}
+
+/* The header, with its MAC (IMG_MAC) and its CRC, at the file's start. */
+static int header_write(struct ckpt *c)
+{
 	struct img_header *h = &c->h;
 	char *hdr;
 	int ret = 0;
 
-	h->data_off = IMG_BLOCK;
-	h->extents_off = h->data_off + h->nr_blocks * IMG_BLOCK;
-	h->crcs_off = h->extents_off + elen;
-	h->extents_crc = crc32c(0, c->ext, elen);
-	h->crcs_crc = crc32c(0, c->crcs, clen);
 	h->header_crc = 0;
+	memset(h->header_mac, 0, sizeof(h->header_mac));
+	if (h->flags & IMG_MAC) {
+		struct img_header m = *h;
+
+		ret = img_check(c->chk, IMG_L_HEADER, 0, &m, sizeof(m),
+				h->header_mac);
+	}
 	h->header_crc = crc32c(0, h, sizeof(*h));
-	hdr = calloc(1, 4096);
+	hdr = ret ? NULL : calloc(1, 4096);
 	if (!hdr)
-		return -ENOMEM;
+		return ret ? ret : -ENOMEM;
 	memcpy(hdr, h, sizeof(*h));
 	errno = EIO; /* what a short write reports */
-	/* The file reaches the end of its tables, also when they are empty. */
-	if (ftruncate(c->fd, (off_t)(h->crcs_off + clen)) < 0 ||
-	    pwrite(c->fd, c->ext, elen, (off_t)h->extents_off) != (ssize_t)elen ||
-	    pwrite(c->fd, c->crcs, clen, (off_t)h->crcs_off) != (ssize_t)clen ||
-	    pwrite(c->fd, hdr, 4096, 0) != 4096)
+	if (pwrite(c->fd, hdr, 4096, 0) != 4096)
 		ret = -errno;
 	free(hdr);
 	return ret;
+}
+
+/* The tables after the data, then the header that makes them valid. */
+static int tables_write(struct ckpt *c)
+{
+	struct img_header *h = &c->h;
+	uint64_t end;
+	int ret;
+
+	h->data_off = IMG_BLOCK;
+	h->extents_off = h->data_off + h->nr_blocks * IMG_BLOCK;
+	h->checks_off = h->extents_off +
+			chunks_of(h->nr_extents, sizeof(*c->ext)) * IMG_CHUNK;
+	end = h->checks_off + chunks_of(h->nr_blocks, c->check_size) * IMG_CHUNK;
+	/* The file reaches the end of its tables, also when they are empty. */
+	if (ftruncate(c->fd, (off_t)end) < 0)
+		return -errno;
+	ret = table_write(c, IMG_L_EXTENTS, h->extents_off, c->ext,
+			  h->nr_extents, sizeof(*c->ext));
+	if (!ret)
+		ret = table_write(c, IMG_L_CHECKS, h->checks_off, c->checks,
+				  h->nr_blocks, c->check_size);
+	return ret ? ret : header_write(c);
 }
 
 /*
  * An incremental image: the parent's identity, and the pages written since
  * the region's dirty set was last collected.
  */
-static int ckpt_parent(struct ckpt *c, const char *parent)
+static int ckpt_parent(struct ckpt *c, const char *parent,
+		       const struct img_key *key)
 {
 	struct image *p;
 	char name[PATH_MAX];
@@ -217,7 +278,7 @@ static int ckpt_parent(struct ckpt *c, const char *parent)
 	fd = image_file_open(parent); /* a FIFO must not block the call */
 	if (fd < 0)
 		return fd;
-	ret = image_open(fd, parent, &p);
+	ret = image_open(fd, parent, key, &p, NULL);
 	close(fd);
 	if (ret < 0)
 		return ret;
@@ -253,8 +314,12 @@ static int ckpt_collect(struct ckpt *c, bool keep)
 	return 0;
 }
 
-static int ckpt_begin(struct ckpt *c, const char *path, char *tmp)
+/* The temporary file, the header's constants, the checker of @key. */
+static int ckpt_begin(struct ckpt *c, const char *path, char *tmp,
+		      const struct img_key *key)
 {
+	int ret;
+
 	if (snprintf(tmp, PATH_MAX, "%s.XXXXXX", path) >= PATH_MAX)
 		return -ENAMETOOLONG;
 	c->fd = mkostemp(tmp, O_CLOEXEC);
@@ -265,11 +330,16 @@ static int ckpt_begin(struct ckpt *c, const char *path, char *tmp)
 	c->h.header_size = sizeof(c->h);
 	c->h.page_size = 4096;
 	c->h.block_size = IMG_BLOCK;
+	c->h.chunk_size = IMG_CHUNK;
 	c->h.region_len = c->len;
 	c->h.base_addr = c->r->base;
+	c->h.flags |= key ? IMG_MAC : 0;
 	if (getrandom(c->h.id, sizeof(c->h.id), 0) != sizeof(c->h.id))
 		return -errno ? -errno : -EIO;
-	return 0;
+	ret = img_checker_new(&c->h, key, &c->chk);
+	if (!ret)
+		c->check_size = img_check_size(c->chk);
+	return ret;
 }
 
 /* Make the image durable and visible under @path. */
@@ -320,11 +390,36 @@ static int ckpt_check(struct faultd_region *r, const char *path,
 	return in_handler_of(r->ctx) ? -EDEADLK : 0;
 }
 
+/* Write the image to @tmp and put it in place as @path. */
+static int ckpt_write(struct ckpt *c, const char *path, char *tmp,
+		      const struct faultd_checkpoint_opts *o,
+		      const struct img_key *key)
+{
+	struct faultd_region *r = c->r;
+	int ret = 0;
+
+	/* The parent is checked before any file is made. */
+	if (o->parent)
+		ret = ckpt_parent(c, o->parent, key);
+	if (!ret)
+		ret = ckpt_begin(c, path, tmp, key);
+	if (!ret && r->wp_mode != WP_NONE && !ckpt_dirty_is_writebacks(r))
+		ret = ckpt_collect(c, o->parent != NULL);
+	if (!ret)
+		ret = blocks_write(c);
+	if (!ret)
+		ret = tables_write(c);
+	if (!ret)
+		ret = ckpt_commit(c, path, tmp, o->flags & FAULTD_CKPT_SYNC);
+	return ret;
+}
+
 FAULTD_EXPORT int faultd_checkpoint(struct faultd_region *r, const char *path,
 				    const struct faultd_checkpoint_opts *opts)
 {
 	struct faultd_checkpoint_opts o = { .size = sizeof(o) };
 	struct ckpt c = { .r = r, .fd = -1 };
+	struct img_key key;
 	char tmp[PATH_MAX];
 	int ret = 0;
 
@@ -334,29 +429,21 @@ FAULTD_EXPORT int faultd_checkpoint(struct faultd_region *r, const char *path,
 					sizeof(o.flags));
 	if (!ret)
 		ret = ckpt_check(r, path, &o);
+	if (!ret && o.key_file)
+		ret = img_key_load(o.key_file, &key);
 	if (ret < 0)
 		return ret;
 	c.len = atomic_load(&r->len);
 	tmp[0] = 0;
-	/* The parent is checked before any file is made. */
-	if (o.parent)
-		ret = ckpt_parent(&c, o.parent);
-	if (!ret)
-		ret = ckpt_begin(&c, path, tmp);
-	if (!ret && r->wp_mode != WP_NONE && !ckpt_dirty_is_writebacks(r))
-		ret = ckpt_collect(&c, o.parent != NULL);
-	if (!ret)
-		ret = blocks_write(&c);
-	if (!ret)
-		ret = tables_write(&c);
-	if (!ret)
-		ret = ckpt_commit(&c, path, tmp, o.flags & FAULTD_CKPT_SYNC);
+	ret = ckpt_write(&c, path, tmp, &o, o.key_file ? &key : NULL);
 	if (ret < 0 && tmp[0] && c.fd >= 0)
 		unlink(tmp);
 	if (c.fd >= 0)
 		close(c.fd);
+	explicit_bzero(&key, sizeof(key));
+	img_checker_free(c.chk);
 	free(c.ext);
-	free(c.crcs);
+	free(c.checks);
 	free(c.dirty);
 	return ret;
 }

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * compat.h - userfaultfd and pagemap definitions newer than the build
- * machine's kernel headers.
+ * compat.h - userfaultfd, pagemap and socket definitions newer than the
+ * build machine's kernel headers.
  *
  * Debian 12 ships the 6.1 uapi headers; what the library uses from later
  * kernels is defined here, each under #ifndef, with the values of the
- * kernel's own include/uapi/linux/userfaultfd.h and include/uapi/linux/fs.h
- * (checked against linux-mm, 6.18 era). A definition here says nothing about
+ * kernel's own include/uapi/linux/userfaultfd.h, include/uapi/linux/fs.h
+ * and include/uapi/asm-generic/socket.h (checked against linux-mm, 6.18
+ * era). A definition here says nothing about
  * the running kernel: uffd_probe() decides what is supported at run time.
  */
 #ifndef FAULTD_COMPAT_H
@@ -106,6 +107,11 @@ struct pm_scan_arg {
 };
 
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
+#endif
+
+/* A pidfd of the process that connected (Linux 6.5); ENOPROTOOPT before. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
 #endif
 
 #endif /* FAULTD_COMPAT_H */

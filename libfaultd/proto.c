@@ -4,11 +4,13 @@
  * (proto.h): for the library's client side, the daemon and faultctl.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -132,7 +134,8 @@ static size_t expected_len(const void *buf, size_t n)
 		if (n < sizeof(*r) || !r->nr_ranges ||
 		    r->nr_ranges > PROTO_MAX_RANGES)
 			return 0;
-		return sizeof(*r) + r->nr_ranges * sizeof(r->r[0]);
+		return sizeof(*r) + r->nr_ranges * sizeof(r->r[0]) +
+		       (r->flags & PROTO_REG_MAC ? PROTO_KEY_LEN : 0);
 	case MSG_ACK:
 		return sizeof(struct proto_ack);
 	case MSG_ERROR:
@@ -186,17 +189,132 @@ int proto_check(const void *buf, size_t n, const char **why)
 	return 0;
 }
 
-/* The daemon's default socket path, into @buf; NULL if it is too long. */
+/* A directory no other user can change: ours or root's, and writable by
+ * no one else unless sticky (then see entry_trusted()). */
+static bool dir_trusted(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) &&
+	       (st->st_uid == 0 || st->st_uid == geteuid()) &&
+	       (!(st->st_mode & (S_IWGRP | S_IWOTH)) ||
+		(st->st_mode & S_ISVTX));
+}
+
+/* In a sticky directory others may write, only entries of root's or
+ * ours cannot be replaced by another user. */
+static bool entry_trusted(const struct stat *dir, const struct stat *st)
+{
+	return !(dir->st_mode & (S_IWGRP | S_IWOTH)) || st->st_uid == 0 ||
+	       st->st_uid == geteuid();
+}
+
+/*
+ * The daemon's default socket path, into @buf; NULL if it is too long.
+ * $XDG_RUNTIME_DIR only if it is ours and no one else's to write (root
+ * with the runtime directory of the user it came from, after su without
+ * -, must not talk to that user's daemon); else /run/faultd/faultd.sock.
+ */
 const char *proto_default_socket(char *buf, size_t len)
 {
 	const char *dir = getenv("XDG_RUNTIME_DIR");
+	struct stat st;
 	int n;
 
-	if (dir && *dir)
+	if (dir && *dir == '/' && !stat(dir, &st) && dir_trusted(&st) &&
+	    st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)))
 		n = snprintf(buf, len, "%s/faultd.sock", dir);
 	else
 		n = snprintf(buf, len, "/run/faultd/faultd.sock");
 	return n < (int)len ? buf : NULL;
+}
+
+/*
+ * Walk the directory @dir (absolute, without symlinks or dots) from the
+ * root, each step by descriptor and without following a symlink: every
+ * directory must be trusted. Returns its descriptor and its stat, or
+ * -EACCES (a directory another user can change), or -errno.
+ */
+static int dir_walk(const char *dir, struct stat *st)
+{
+	char *copy = strdup(dir), *save = NULL;
+	int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC), ret = 0;
+
+	if (!copy || fd < 0)
+		ret = fd < 0 ? -errno : -ENOMEM;
+	if (!ret && (fstat(fd, st) < 0 || !dir_trusted(st)))
+		ret = -EACCES;
+	for (char *c = copy ? strtok_r(copy, "/", &save) : NULL; !ret && c;
+	     c = strtok_r(NULL, "/", &save)) {
+		struct stat parent = *st;
+		int next = openat(fd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW |
+					 O_CLOEXEC);
+
+		if (next < 0) {
+			ret = -errno;
+			break;
+		}
+		close(fd);
+		fd = next;
+		if (fstat(fd, st) < 0 || !dir_trusted(st) ||
+		    !entry_trusted(&parent, st))
+			ret = -EACCES;
+	}
+	free(copy);
+	if (ret && fd >= 0)
+		close(fd);
+	return ret ? ret : fd;
+}
+
+/*
+ * The socket @path as a path no other user can redirect: its directory,
+ * resolved (symlinks and dots), into @out, then its name. Returns 0, or
+ * -EACCES (a directory on the way, or a socket in a sticky directory,
+ * that another user can change), -ENOTSOCK, -ENAMETOOLONG, -errno, with
+ * *why.
+ */
+static int socket_path_trusted(const char *path, char *out, size_t len,
+			       const char **why)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	char *parent = slash ? strndup(path, (size_t)(slash - path)) : NULL;
+	char *dir = NULL;
+	struct stat dst, st;
+	int fd = -1, ret;
+
+	if (!slash || !*parent) /* "name", or "/name" */
+		dir = realpath(slash ? "/" : ".", NULL);
+	else if (parent)
+		dir = realpath(parent, NULL);
+	*why = "cannot resolve the socket's directory";
+	ret = dir ? 0 : -errno;
+	if (!ret) {
+		fd = dir_walk(dir, &dst);
+		*why = "a directory on the way to the socket can be changed "
+		       "by another user";
+		ret = fd < 0 ? fd : 0;
+	}
+	if (!ret) {
+		*why = "the socket's path is not a socket";
+		if (fstatat(fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			ret = -errno;
+		else if (!S_ISSOCK(st.st_mode))
+			ret = -ENOTSOCK;
+	}
+	if (!ret && !entry_trusted(&dst, &st)) {
+		*why = "the socket belongs to another user, in a directory "
+		       "everyone can write";
+		ret = -EACCES;
+	}
+	if (!ret && (size_t)snprintf(out, len, "%s/%s",
+				     strcmp(dir, "/") ? dir : "", base) >= len) {
+		*why = "the socket's path is too long";
+		ret = -ENAMETOOLONG;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	free(parent);
+	return ret;
 }
 
 /* A connected socket to the daemon at @path, or -errno. */
@@ -217,6 +335,38 @@ int proto_connect(const char *path)
 		close(s);
 		return err;
 	}
+	return s;
+}
+
+/*
+ * proto_connect_daemon() - connect to the daemon at @path, as a client
+ * that hands it memory and files: through no directory another user can
+ * change, and only to a listener of root's or of this user's
+ * (SO_PEERCRED). Returns the socket, or -EACCES (the path), -EPERM (the
+ * listener), the errors of proto_connect(), with *why (NULL from
+ * proto_connect()'s).
+ */
+int proto_connect_daemon(const char *path, const char **why)
+{
+	struct sockaddr_un a;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	int s = socket_path_trusted(path, a.sun_path, sizeof(a.sun_path), why);
+
+	if (s < 0)
+		return s;
+	*why = NULL;
+	s = proto_connect(a.sun_path);
+	if (s < 0)
+		return s;
+	*why = "the process listening on the socket is neither root nor "
+	       "this user";
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+	    (cred.uid != 0 && cred.uid != geteuid())) {
+		close(s);
+		return -EPERM;
+	}
+	*why = NULL;
 	return s;
 }
 

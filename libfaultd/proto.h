@@ -7,7 +7,8 @@
  *   client                                   daemon
  *   HELLO {versions, features}          ->
  *                                       <-   HELLO {version, features}
- *   REGISTER {ranges} + [uffd, image]   ->   (SCM_RIGHTS, exactly two fds)
+ *   REGISTER {ranges[, key]}            ->   (SCM_RIGHTS, exactly two fds:
+ *            + [uffd, image]                  uffd, image)
  *                                       <-   ACK {session, pages} | ERROR
  *   PREFETCH {range}, STATS             ->
  *                                       <-   PROGRESS ..., DONE
@@ -29,14 +30,16 @@
 #include <sys/types.h>
 
 #define PROTO_MAGIC 0x31504446u /* "FDP1" */
-#define PROTO_VERSION 1
+/* 2: PROGRESS and DONE carry pages_poisoned. */
+#define PROTO_VERSION 2
 #define PROTO_MAX_MSG 65536
 #define PROTO_MAX_RANGES 256
 
 /* Features a side may offer in HELLO. */
 #define PROTO_F_PREFETCH (1ull << 0)
 #define PROTO_F_PROGRESS (1ull << 1)
-#define PROTO_FEATURES (PROTO_F_PREFETCH | PROTO_F_PROGRESS)
+#define PROTO_F_MAC (1ull << 2) /* REGISTER may carry an image key */
+#define PROTO_FEATURES (PROTO_F_PREFETCH | PROTO_F_PROGRESS | PROTO_F_MAC)
 
 enum proto_type {
 	MSG_HELLO = 1,	/* both ways: struct proto_hello */
@@ -82,7 +85,18 @@ struct proto_register {
 };
 
 #define PROTO_REG_LAZY (1u << 0) /* serve faults only: no background push */
-#define PROTO_REG_FLAGS PROTO_REG_LAZY
+/* The image is authenticated: its own key (not the user's: imgcheck.c)
+ * follows the ranges, PROTO_KEY_LEN bytes, and every block is checked
+ * with it. */
+#define PROTO_REG_MAC (1u << 1)
+#define PROTO_REG_FLAGS (PROTO_REG_LAZY | PROTO_REG_MAC)
+#define PROTO_KEY_LEN 32
+
+/* Where the key of a REGISTER with PROTO_REG_MAC is: after its ranges. */
+static inline void *proto_register_key(const struct proto_register *r)
+{
+	return (void *)&r->r[r->nr_ranges];
+}
 
 struct proto_ack {
 	struct proto_hdr h;
@@ -105,6 +119,7 @@ struct proto_progress {
 	uint64_t faults;
 	uint64_t p50_ns;	/* fault: message read to wake */
 	uint64_t p99_ns;
+	uint64_t pages_poisoned; /* bad image blocks: SIGBUS on access */
 };
 
 struct proto_session {
@@ -144,6 +159,7 @@ ssize_t proto_recv_checked(int sock, void *buf, size_t max, int *fds,
 ssize_t proto_call(int sock, const void *msg, const int *fds,
 		   unsigned int nfds, void *reply, size_t max);
 int proto_connect(const char *path);
+int proto_connect_daemon(const char *path, const char **why);
 const char *proto_default_socket(char *buf, size_t len);
 int proto_hello(int sock, uint64_t features, struct proto_hello *reply);
 void proto_error_send(int sock, int err, const char *fmt, ...)

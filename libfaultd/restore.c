@@ -16,7 +16,9 @@
  * connection (the daemon died), it starts the region's own handler threads
  * - the image pager is still there - and wakes the whole range, since a
  * dead daemon may have read faults it never answered. From then on the
- * region is served like a local one.
+ * region is served like a local one. The pages the daemon poisoned (a
+ * block whose checksum failed) are counted in the region's poisoned
+ * counter and logged, as the library's own handlers do.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,16 +66,30 @@ static void image_release(void *arg)
 	image_close(arg);
 }
 
-static int restore_image(const char *path, struct image **imgp)
+/* The image at @path, checked (with the key in @key_file, if not NULL);
+ * a refusal is logged with its reason. */
+static int restore_image(struct faultd_ctx *ctx, const char *path,
+			 const char *key_file, struct image **imgp)
 {
-	int fd = image_file_open(path);
-	int ret;
+	const char *why = "the image cannot be opened";
+	struct img_key key;
+	int fd, ret = 0;
 
-	if (fd < 0)
-		return fd;
-	ret = image_open(fd, path, imgp);
-	close(fd);
-	return ret;
+	if (key_file) {
+		ret = img_key_load(key_file, &key);
+		why = "the key file cannot be used (32 bytes, mode 0600 or "
+		      "stricter)";
+	}
+	fd = ret ? ret : image_file_open(path);
+	if (fd >= 0) {
+		ret = image_open(fd, path, key_file ? &key : NULL, imgp, &why);
+		close(fd);
+	}
+	explicit_bzero(&key, sizeof(key));
+	if (fd < 0 || ret < 0)
+		fd_err(ctx, "%s: %s: %s", path, why,
+		       strerror(fd < 0 ? -fd : -ret));
+	return fd < 0 ? fd : ret;
 }
 
 /* ------------------------------------------------------------------------
@@ -134,6 +150,24 @@ static void restore_take_over(struct faultd_region *r, bool died)
 	restore_done(rs);
 }
 
+/*
+ * Pages the daemon poisoned since its last report (bad image blocks):
+ * counted and logged here, as the region's own handlers would.
+ * Context: the watcher, the only writer of rs->progress.
+ */
+static void restore_poisoned(struct faultd_region *r,
+			     const struct proto_progress *p)
+{
+	uint64_t was = r->rs->progress.pages_poisoned;
+
+	if (p->pages_poisoned <= was)
+		return;
+	fd_err(r->ctx, "%s: the daemon poisoned %llu pages (bad image "
+		       "blocks): an access to them gets SIGBUS",
+	       r->name, (unsigned long long)(p->pages_poisoned - was));
+	stat_add_shared(r->bg_stats, ST_POISONED, p->pages_poisoned - was);
+}
+
 static void *restore_watch(void *arg)
 {
 	struct faultd_region *r = arg;
@@ -149,6 +183,7 @@ static void *restore_watch(void *arg)
 		if (n < 0 ||
 		    (p.h.type != MSG_PROGRESS && p.h.type != MSG_DONE))
 			break;
+		restore_poisoned(r, &p);
 		pthread_mutex_lock(&rs->lock);
 		rs->progress = p;
 		pthread_mutex_unlock(&rs->lock);
@@ -163,14 +198,19 @@ static void *restore_watch(void *arg)
 	return NULL;
 }
 
-/* REGISTER the region's range, with its uffd and the image. */
+/*
+ * REGISTER the region's range, with its uffd and the image; an
+ * authenticated image's own key goes with them (PROTO_REG_MAC), for the
+ * daemon to check every block as the library would.
+ */
 static int restore_register(struct faultd_region *r, int sock)
 {
 	union {
 		struct proto_register reg;
 		char buf[sizeof(struct proto_register) +
-			 sizeof(struct proto_range)];
+			 sizeof(struct proto_range) + PROTO_KEY_LEN];
 	} m = { .reg = { .nr_ranges = 1 } };
+	struct img_key key;
 	union {
 		struct proto_ack ack;
 		struct proto_error err;
@@ -178,12 +218,19 @@ static int restore_register(struct faultd_region *r, int sock)
 	int fds[2] = { r->group->uffd, r->rs->img->fd };
 	ssize_t n;
 
-	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m) - PROTO_KEY_LEN);
 	m.reg.uffd_features = r->group->features;
 	m.reg.r[0] = (struct proto_range){ r->base, atomic_load(&r->len), 0 };
 	if (r->rs->flags & FAULTD_RESTORE_LAZY)
 		m.reg.flags |= PROTO_REG_LAZY;
+	if (!image_key_of(r->rs->img, &key)) {
+		m.reg.flags |= PROTO_REG_MAC;
+		m.reg.h.len += PROTO_KEY_LEN;
+		memcpy(proto_register_key(&m.reg), key.key, PROTO_KEY_LEN);
+		explicit_bzero(&key, sizeof(key));
+	}
 	n = proto_call(sock, &m, fds, 2, &u, sizeof(u));
+	explicit_bzero(&m, sizeof(m));
 	if (n < 0)
 		return (int)n;
 	if (u.ack.h.type == MSG_ERROR) {
@@ -199,14 +246,25 @@ static int restore_connect(struct faultd_region *r, const char *path)
 	struct restore *rs = r->rs;
 	struct proto_hello hello;
 	char buf[108];
+	const char *why;
 	int ret;
+
 
 	if (!path && !(path = proto_default_socket(buf, sizeof(buf))))
 		return -ENAMETOOLONG;
-	rs->sock = proto_connect(path);
+	rs->sock = proto_connect_daemon(path, &why);
+	if (rs->sock < 0 && why)
+		fd_err(r->ctx, "%s: not using the daemon at %s: %s", r->name,
+		       path, why);
 	if (rs->sock < 0)
 		return rs->sock;
 	ret = proto_hello(rs->sock, PROTO_FEATURES, &hello);
+	if (!ret && (rs->img->h.flags & IMG_MAC) &&
+	    !(hello.features & PROTO_F_MAC)) {
+		fd_err(r->ctx, "%s: the daemon cannot check the image's MACs",
+		       r->name);
+		ret = -EOPNOTSUPP;
+	}
 	if (!ret)
 		ret = restore_register(r, rs->sock);
 	if (!ret)
@@ -316,7 +374,7 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 	if (!ret && in_handler_of(ctx))
 		ret = -EDEADLK;
 	if (!ret)
-		ret = restore_image(path, &img);
+		ret = restore_image(ctx, path, o.key_file, &img);
 	if (ret < 0)
 		return ret;
 	if (img->parent && (o.flags & FAULTD_RESTORE_DAEMON)) {

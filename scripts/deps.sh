@@ -8,7 +8,7 @@ set -u
 PKGS="gcc libc6-dev make pkg-config meson ninja-build
 liburing-dev libnuma-dev liburcu-dev libhugetlbfs-dev libcriterion-dev
 libsystemd-dev
-libprotobuf-c-dev protobuf-c-compiler libsodium-dev iproute2
+libprotobuf-c-dev protobuf-c-compiler libsodium-dev iproute2 libssl-dev
 g++ mandoc clang libclang-rt-dev
 ${FAULTD_EXTRA_PKGS:-}"
 

@@ -5,7 +5,10 @@
  * client killed mid-restore (the others go on), events from a client that
  * forks, mremaps, MADV_DONTNEEDs and munmaps during its restore, and every
  * kind of malformed registration refused with its own error while the
- * daemon stays up. Every byte a client reads is checked.
+ * daemon stays up. Every byte a client reads is checked. Authenticated
+ * images: served with their key, a changed block poisoned, every refusal
+ * with its errno; hostile images refused, and a table of any size
+ * served, while the daemon's peak resident memory stays bounded.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -21,6 +24,7 @@
 
 #include "daemon-helpers.h"
 #include "helpers.h"
+#include "image-helpers.h"
 #include "internal.h"
 #include "proto.h"
 #include "resources.h"
@@ -86,9 +90,13 @@ static void teardown(void)
 
 TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 240);
 
-/* An image of @len bytes of pattern(@tag). */
-static const char *make_image(const char *name, size_t len, uint64_t tag)
+/* An image of @len bytes of pattern(@tag), authenticated with the key
+ * file @key (NULL: not). */
+static const char *make_image_key(const char *name, size_t len, uint64_t tag,
+				  const char *key)
 {
+	struct faultd_checkpoint_opts co = { .size = sizeof(co),
+					     .key_file = key };
 	struct faultd_ctx *ctx;
 	struct faultd_region_opts o = { .size = sizeof(o), .length = len };
 	struct faultd_region *r;
@@ -97,9 +105,14 @@ static const char *make_image(const char *name, size_t len, uint64_t tag)
 	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
 	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
 	pattern_fill(tag, 0, faultd_region_base(r), len);
-	cr_assert_eq(faultd_checkpoint(r, path, NULL), 0);
+	cr_assert_eq(faultd_checkpoint(r, path, &co), 0);
 	faultd_ctx_destroy(ctx);
 	return path;
+}
+
+static const char *make_image(const char *name, size_t len, uint64_t tag)
+{
+	return make_image_key(name, len, tag, NULL);
 }
 
 /* What the daemon reports to faultctl: its sessions, and its keeper. */
@@ -144,6 +157,7 @@ struct client {
 	bool stop_half_way;	/* exit after reading half */
 	bool lazy;		/* FAULTD_RESTORE_LAZY: faults only */
 	const char *socket;	/* the daemon's, when not the usual one */
+	const char *key;	/* the image's key file */
 };
 
 /* Exit 0: every byte right. */
@@ -152,7 +166,8 @@ static void client_main(void *arg)
 	const struct client *c = arg;
 	struct faultd_restore_opts o = { .size = sizeof(o),
 					 .flags = FAULTD_RESTORE_DAEMON,
-					 .socket = sock };
+					 .socket = sock,
+					 .key_file = c->key };
 	struct faultd_restore_progress p = { .size = sizeof(p) };
 	struct faultd_ctx *ctx;
 	struct faultd_region *r;
@@ -355,7 +370,7 @@ static struct raw raw_client(const char *image, size_t len, uint64_t features)
 	struct proto_hello h;
 
 	c.base = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	cr_assert(c.base != MAP_FAILED);
 	c.uffd = raw_uffd(features);
 	reg.range.start = (uintptr_t)c.base;
@@ -369,16 +384,19 @@ static struct raw raw_client(const char *image, size_t len, uint64_t features)
 	return c;
 }
 
-/* REGISTER with room for two ranges; buf first, so "= { 0 }" zeroes all. */
+/* REGISTER with room for two ranges and a key; buf first, so "= { 0 }"
+ * zeroes all. */
 union reg_msg {
-	char buf[sizeof(struct proto_register) + 2 * sizeof(struct proto_range)];
+	char buf[sizeof(struct proto_register) + 2 * sizeof(struct proto_range) +
+		 PROTO_KEY_LEN];
 	struct proto_register reg;
 };
 
-/* Send REGISTER with @n ranges, @flags and @fds; the reply's error. */
-static int raw_register_flags(struct raw *c, const struct proto_range *r,
-			      unsigned int n, uint32_t flags, const int *fds,
-			      unsigned int nfds)
+/* Send REGISTER with @n ranges, @flags (PROTO_REG_*) and @fds, and with
+ * PROTO_REG_MAC the image key @key; the reply's error (0: ACK). */
+static int raw_register_with(struct raw *c, const struct proto_range *r,
+			     unsigned int n, const int *fds, unsigned int nfds,
+			     uint32_t flags, const struct img_key *key)
 {
 	union reg_msg m = { 0 };
 	union {
@@ -390,10 +408,13 @@ static int raw_register_flags(struct raw *c, const struct proto_range *r,
 	ssize_t len;
 
 	proto_init(&m.reg.h, MSG_REGISTER,
-		   sizeof(m.reg) + n * sizeof(m.reg.r[0]));
+		   sizeof(m.reg) + n * sizeof(m.reg.r[0]) +
+			   (flags & PROTO_REG_MAC ? PROTO_KEY_LEN : 0));
 	m.reg.nr_ranges = n;
 	m.reg.flags = flags;
 	memcpy(m.reg.r, r, n * sizeof(*r));
+	if (flags & PROTO_REG_MAC)
+		memcpy(proto_register_key(&m.reg), key->key, PROTO_KEY_LEN);
 	cr_assert_eq(proto_send(c->sock, &m, fds, nfds), 0);
 	len = proto_recv(c->sock, &u, sizeof(u), NULL, 0, NULL);
 	cr_assert_gt(len, 0);
@@ -401,11 +422,10 @@ static int raw_register_flags(struct raw *c, const struct proto_range *r,
 	return u.h.type == MSG_ACK ? 0 : u.err.err;
 }
 
-/* Send REGISTER with @n ranges and @fds; the reply's error (0: ACK). */
 static int raw_register(struct raw *c, const struct proto_range *r,
 			unsigned int n, const int *fds, unsigned int nfds)
 {
-	return raw_register_flags(c, r, n, 0, fds, nfds);
+	return raw_register_with(c, r, n, fds, nfds, 0, NULL);
 }
 
 static void raw_close(struct raw *c)
@@ -456,9 +476,14 @@ Test(daemon, malformed_messages_get_precise_errors)
 	cr_expect_eq(reply_to(&h, 5), -EBADMSG, "shorter than a header");
 	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m.reg));
 	cr_expect_eq(reply_to(&m, sizeof(m.reg)), -EBADMSG, "no ranges");
-	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m));
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m) - PROTO_KEY_LEN);
 	m.reg.nr_ranges = 2;
-	cr_expect_eq(reply_to(&m, sizeof(m)), -EPROTO, "no descriptors");
+	cr_expect_eq(reply_to(&m, sizeof(m) - PROTO_KEY_LEN), -EPROTO,
+		     "no descriptors");
+	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m) - PROTO_KEY_LEN);
+	m.reg.flags = PROTO_REG_MAC;
+	cr_expect_eq(reply_to(&m, sizeof(m) - PROTO_KEY_LEN), -EBADMSG,
+		     "PROTO_REG_MAC without its key");
 	cr_assert(daemon_alive());
 }
 
@@ -598,6 +623,310 @@ Test(daemon, events_during_restore)
 	cr_assert(daemon_alive());
 }
 
+/* ------------------------------------------------------------------------
+ * Authenticated images
+ */
+
+Test(daemon, authenticated_image_is_served_with_its_key)
+{
+	const char *key = path_of("key");
+	struct client c = { .len = 64 * MIB, .tag = TAG, .key = key };
+
+	key_write(key, 0, 0600);
+	c.image = make_image_key("mac", c.len, TAG, key);
+	cr_assert_eq(client_wait(client_start(&c)), 0);
+	c.lazy = true;
+	cr_assert_eq(client_wait(client_start(&c)), 0);
+	cr_assert(daemon_alive());
+}
+
+/* Block 3 was changed: blocks 0 and 6 come in right, block 3 is
+ * poisoned by the daemon (SIGBUS), whose MAC check caught it. */
+static void changed_block_client(void *arg)
+{
+	const struct client *c = arg;
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON |
+						  FAULTD_RESTORE_LAZY,
+					 .socket = sock,
+					 .key_file = c->key };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	char *p;
+
+	if (faultd_ctx_create(NULL, &ctx) || faultd_restore(ctx, c->image, &o, &r))
+		_exit(3);
+	p = faultd_region_base(r);
+	if (pattern_check(c->tag, 0, p, IMG_BLOCK) ||
+	    pattern_check(c->tag, 6 * IMG_BLOCK, p + 6 * IMG_BLOCK, IMG_BLOCK))
+		_exit(4);
+	(void)*(volatile char *)(p + 3 * IMG_BLOCK + 5 * PAGE);
+	_exit(5);
+}
+
+Test(daemon, changed_block_of_authenticated_image_is_poisoned)
+{
+	const char *key = path_of("key");
+	const char *img, *bad = path_of("mac-bad");
+	struct client c = { .len = 4 * MIB, .tag = TAG, .key = key };
+	struct img_header h;
+	char cmd[600];
+	int how;
+
+	key_write(key, 0, 0600);
+	img = make_image_key("mac", c.len, TAG, key);
+	h = header_read_of(img);
+	snprintf(cmd, sizeof(cmd),
+		 "cp %s %s && printf '\\125' | dd of=%s bs=1 seek=%llu "
+		 "conv=notrunc 2>/dev/null",
+		 img, bad, bad,
+		 (unsigned long long)(h.data_off + 3 * IMG_BLOCK + 77));
+	cr_assert_eq(system(cmd), 0);
+	c.image = bad;
+	how = run_in_child(changed_block_client, &c);
+	cr_assert_eq(how, poison_signal(), "the client ended with %d", how);
+	cr_assert(daemon_alive());
+}
+
+/* REGISTER 4 MiB of @image with @flags and @key: the reply's error; the
+ * content checked when it is served. */
+static int key_register(const char *image, uint32_t flags,
+			const struct img_key *key)
+{
+	struct raw c = raw_client(image, 4 * MIB, 0);
+	struct proto_range whole = { (uintptr_t)c.base, 4 * MIB, 0 };
+	int fds[2] = { c.uffd, c.image };
+	int ret = raw_register_with(&c, &whole, 1, fds, 2, flags, key);
+
+	if (!ret)
+		cr_assert_eq(pattern_check(TAG, 0, c.base, 4 * MIB), 0);
+	raw_close(&c);
+	return ret;
+}
+
+Test(daemon, authentication_refusals_get_precise_errors)
+{
+	const char *key = path_of("key"), *other = path_of("other");
+	const char *mac, *crc;
+	struct img_key k, wrong;
+
+	key_write(key, 0, 0600);
+	key_write(other, 0, 0600);
+	mac = make_image_key("mac", 4 * MIB, TAG, key);
+	crc = make_image("crc", 4 * MIB, TAG);
+	/* What the library sends: the image's own key, derived from k. */
+	{
+		struct image *img;
+		struct img_key user = key_read(key);
+		int fd = open(mac, O_RDONLY | O_CLOEXEC);
+
+		cr_assert_eq(image_open(fd, mac, &user, &img, NULL), 0);
+		cr_assert_eq(image_key_of(img, &k), 0);
+		image_close(img);
+		close(fd);
+	}
+	wrong = key_read(other); /* the user key itself is not the image's */
+	wrong.image_key = true;
+	cr_expect_eq(key_register(mac, 0, NULL), -ENOKEY,
+		     "an authenticated image without a key");
+	cr_expect_eq(key_register(mac, PROTO_REG_MAC, &wrong), -EKEYREJECTED,
+		     "another key");
+	cr_expect_eq(key_register(crc, PROTO_REG_MAC, &k), -EKEYREJECTED,
+		     "a key, and no MACs");
+	cr_expect_eq(key_register(mac, PROTO_REG_MAC, &k), 0, "its key");
+	cr_assert(daemon_alive());
+}
+
+/* ------------------------------------------------------------------------
+ * Hostile images and big tables: the daemon's peak memory
+ */
+
+/*
+ * What one session may add to the daemon's peak resident memory (VmHWM)
+ * here: its image's chunk cache and scan buffer, its bitmaps (1 bit per
+ * page and per block: 2 MiB of address space for 64 GiB, touched only as
+ * blocks come in), its thread's stack and buffers. A daemon that loads
+ * tables whole adds their size: 2 GiB and 16 MiB below.
+ */
+#define SESSION_BOUND_KIB (8 * 1024)
+
+/* The error the daemon gives a REGISTER of @image for a 1 MiB range, and
+ * by how much its VmHWM grew meanwhile. */
+static int register_peak(const char *image, long *grew_kib)
+{
+	struct raw c = raw_client(image, MIB, 0);
+	struct proto_range whole = { (uintptr_t)c.base, MIB, 0 };
+	int fds[2] = { c.uffd, c.image }, ret;
+	long before;
+
+	hwm_reset(daemon_pid);
+	before = proc_status_kib(daemon_pid, "VmHWM");
+	ret = raw_register(&c, &whole, 1, fds, 2);
+	*grew_kib = proc_status_kib(daemon_pid, "VmHWM") - before;
+	raw_close(&c);
+	return ret;
+}
+
+Test(daemon, hostile_images_are_refused_in_bounded_memory)
+{
+	struct img_header ext = test_header(1ull << 45, 1ull << 26, 0, 0);
+	struct img_header chk = test_header(1ull << 45, 0, 1ull << 24, 0);
+	struct img_header wrap = test_header(1ull << 40, (1ull << 59) + 1, 0, 0);
+	struct img_header cut = test_header(1ull << 30, 1000, 10, 0);
+	const char *p = path_of("hostile");
+	long grew;
+
+	wrap.checks_off = wrap.extents_off + 32;
+	header_file(p, ext, test_end(&ext));
+	cr_expect_eq(register_peak(p, &grew), -EBADMSG, "2 GiB extent table");
+	cr_expect_lt(grew, SESSION_BOUND_KIB, "VmHWM +%ld KiB", grew);
+	header_file(p, chk, test_end(&chk));
+	cr_expect_eq(register_peak(p, &grew), -EBADMSG, "64 MiB check table");
+	cr_expect_lt(grew, SESSION_BOUND_KIB, "VmHWM +%ld KiB", grew);
+	header_file(p, wrap, 4 * IMG_BLOCK);
+	cr_expect_eq(register_peak(p, &grew), -EBADMSG, "a wrapping length");
+	cr_expect_lt(grew, SESSION_BOUND_KIB, "VmHWM +%ld KiB", grew);
+	header_file(p, cut, test_end(&cut) - 1);
+	cr_expect_eq(register_peak(p, &grew), -EBADMSG, "tables past EOF");
+	cr_expect_lt(grew, SESSION_BOUND_KIB, "VmHWM +%ld KiB", grew);
+	cr_assert(daemon_alive());
+}
+
+/* A 64 GiB region: a zero extent on every other block, every 4096th of
+ * them data; a 16 MiB extent table. */
+#define BIG_EXTENTS (1ull << 19)
+#define BIG_DATA_EVERY 4096
+
+static void big_extent(uint64_t i, struct img_extent *e, void *arg)
+{
+	(void)arg;
+	*e = (struct img_extent){ .offset = 2 * i * IMG_BLOCK, .blocks = 1,
+				  .kind = i % BIG_DATA_EVERY ? IMG_ZERO
+							     : IMG_DATA };
+}
+
+Test(daemon, big_table_is_served_in_bounded_memory)
+{
+	uint64_t len = 2 * BIG_EXTENTS * IMG_BLOCK;
+	const char *p = path_of("big");
+	struct img_header h;
+	struct raw c;
+	struct proto_range whole;
+	int fds[2];
+	long before, grew;
+
+	test_image_write(p, len, BIG_EXTENTS, big_extent, NULL, TAG, NULL, &h);
+	cr_assert_geq(h.checks_off - h.extents_off, 16 * MIB);
+	c = raw_client(p, len, 0);
+	whole = (struct proto_range){ (uintptr_t)c.base, len, 0 };
+	fds[0] = c.uffd;
+	fds[1] = c.image;
+	hwm_reset(daemon_pid);
+	before = proc_status_kib(daemon_pid, "VmHWM");
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 2, PROTO_REG_LAZY,
+				       NULL), 0);
+	/* Every data block, and the zero and missing blocks after each. */
+	for (uint64_t i = 0; i < BIG_EXTENTS; i += BIG_DATA_EVERY) {
+		uint64_t off = 2 * i * IMG_BLOCK;
+		const char *q = c.base + off;
+
+		cr_assert_eq(pattern_check(TAG, off, q, IMG_BLOCK), 0,
+			     "data at %#llx", (unsigned long long)off);
+		for (uint64_t b = 1; b <= 3; b++)
+			cr_assert(q[b * IMG_BLOCK] == 0 &&
+				  !memcmp(q + b * IMG_BLOCK,
+					  q + b * IMG_BLOCK + 1, PAGE - 1));
+	}
+	grew = proc_status_kib(daemon_pid, "VmHWM") - before;
+	cr_assert_lt(grew, SESSION_BOUND_KIB, "VmHWM grew by %ld KiB", grew);
+	raw_close(&c);
+	cr_assert(daemon_alive());
+}
+
+/*
+ * A userfaultfd opened without O_NONBLOCK is refused at REGISTER with
+ * EINVAL (it used to be acknowledged, then dropped without a word).
+ */
+Test(daemon, blocking_uffd_refused)
+{
+	const char *img = make_image("blk", MIB, TAG);
+	struct raw c = raw_client(img, MIB, 0);
+	struct proto_range whole = { (uintptr_t)c.base, MIB, 0 };
+	int fds[2] = { c.uffd, c.image };
+
+	cr_assert_eq(fcntl(c.uffd, F_SETFL,
+			   fcntl(c.uffd, F_GETFL) & ~O_NONBLOCK), 0);
+	cr_assert_eq(raw_register(&c, &whole, 1, fds, 2), -EINVAL);
+	raw_close(&c);
+	cr_assert(daemon_alive());
+}
+
+static atomic_int poison_lines;
+
+static void count_poison_lines(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level <= FAULTD_LOG_ERR && strstr(msg, "the daemon poisoned 16 "))
+		atomic_fetch_add(&poison_lines, 1);
+}
+
+/* Exit 0: the daemon's poisoned block is in the region's counter and the
+ * log, and every other byte is right. */
+static void poisoned_client(void *arg)
+{
+	const char *img = arg;
+	struct faultd_ctx_opts co = { .size = sizeof(co),
+				      .log = count_poison_lines };
+	struct faultd_restore_opts o = { .size = sizeof(o),
+					 .flags = FAULTD_RESTORE_DAEMON,
+					 .socket = sock };
+	struct faultd_stats st = { .size = sizeof(st) };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	char *base;
+
+	if (faultd_ctx_create(&co, &ctx) || faultd_restore(ctx, img, &o, &r))
+		_exit(10);
+	if (faultd_restore_wait(r))
+		_exit(11);
+	base = faultd_region_base(r);
+	if (pattern_check(TAG, 0, base, IMG_BLOCK) ||
+	    pattern_check(TAG, 2 * IMG_BLOCK, base + 2 * IMG_BLOCK,
+			  4 * MIB - 2 * IMG_BLOCK))
+		_exit(12);
+	faultd_region_stats(r, &st);
+	if (st.poisoned != IMG_BLOCK / 4096)
+		_exit(13);
+	if (atomic_load(&poison_lines) != 1)
+		_exit(14);
+	(void)*(volatile char *)(base + IMG_BLOCK); /* SIGBUS */
+	_exit(15);
+}
+
+/*
+ * A block whose checksum fails, in a restore the daemon serves: the
+ * client's library counts the daemon's poisoned pages (PROGRESS and DONE
+ * carry them) and logs them, as an in-process restore does; the pages
+ * get SIGBUS.
+ */
+Test(daemon, poisoned_block_reported_to_client)
+{
+	const char *img = make_image("poison", 4 * MIB, TAG);
+	struct img_header h;
+	unsigned char c;
+	int fd = open(img, O_RDWR), how;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	cr_assert_eq(pread(fd, &c, 1, (off_t)(h.data_off + IMG_BLOCK + 77)), 1);
+	c ^= 0x5a;
+	cr_assert_eq(pwrite(fd, &c, 1, (off_t)(h.data_off + IMG_BLOCK + 77)), 1);
+	close(fd);
+	how = run_in_child(poisoned_client, (void *)img);
+	cr_assert_eq(how, poison_signal(), "the client ended with %d", how);
+	cr_assert(daemon_alive());
+}
+
 /*
  * Many mremaps during a lazy restore: page 2k of a 20,000-page region
  * moves, one page at a time, to page k of another mapping - 10,000 moves,
@@ -616,7 +945,7 @@ Test(daemon, ten_thousand_remaps_keep_every_page)
 			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	cr_assert(to != MAP_FAILED);
-	cr_assert_eq(raw_register_flags(&c, &whole, 1, PROTO_REG_LAZY, fds, 2),
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 2, PROTO_REG_LAZY, NULL),
 		     0);
 	for (size_t k = 0; k < moves; k++)
 		cr_assert(mremap(c.base + 2 * k * 4096, 4096, 4096,
@@ -661,7 +990,7 @@ static void hostile_main(void *arg)
 	int fds[2] = { c.uffd, c.image };
 	pthread_t t;
 
-	if (raw_register_flags(&c, &whole, 1, PROTO_REG_LAZY, fds, 2))
+	if (raw_register_with(&c, &whole, 1, fds, 2, PROTO_REG_LAZY, NULL))
 		_exit(1);
 	pthread_create(&t, NULL, toucher, &c);
 	for (int round = 0; round < 2000; round++) {

@@ -1032,6 +1032,12 @@ struct faultd_checkpoint_opts {
 	/* With FAULTD_CKPT_INCREMENTAL: the image this one is taken against;
 	 * it must be in the same directory, under the name it has now. */
 	const char *parent;
+	/* NULL, or a key file (32 bytes, not readable or writable by group
+	 * or others): the image is authenticated, every block, table chunk
+	 * and the header with an HMAC-SHA256 under a key derived from it,
+	 * and reads only with the same key (a parent must have been taken
+	 * with it too). */
+	const char *key_file;
 };
 
 /*
@@ -1046,10 +1052,12 @@ struct faultd_checkpoint_opts {
  * written while it is taken. It is written to a temporary file renamed over
  * @path when complete: a crash leaves the old file or the new one.
  * Returns 0, or -EINVAL (NULL, unknown flags, INCREMENTAL without a parent
- * or a parent without INCREMENTAL), -E2BIG, -EOPNOTSUPP (incremental of a
- * region without write tracking; huge pages; a same-thread region),
- * -EDEADLK (from a handler thread), -ENAMETOOLONG, the parent's errors as
- * for faultd_restore(), or the error of a file operation.
+ * or a parent without INCREMENTAL, a key file that is not a regular file
+ * of 32 bytes), -EPERM (the key file is open to group or others), -E2BIG,
+ * -EOPNOTSUPP (incremental of a region without write tracking; huge
+ * pages; a same-thread region), -EDEADLK (from a handler thread),
+ * -ENAMETOOLONG, the parent's errors as for faultd_restore(), or the error
+ * of a file operation.
  * Context: any thread but a handler thread; not concurrently with resize
  * or destroy of the region.
  */
@@ -1076,6 +1084,10 @@ struct faultd_restore_opts {
 				   /run/faultd/faultd.sock) */
 	unsigned int handler_threads; /* 0: the context's default */
 	const char *name;	/* the region's name; NULL: "restore" */
+	/* NULL, or the key file the image was taken with: the image must be
+	 * authenticated with it, and every block is checked by its MAC (a
+	 * daemon is sent the image's own key, derived from this one). */
+	const char *key_file;
 };
 
 /*
@@ -1087,9 +1099,13 @@ struct faultd_restore_opts {
  * and the error is logged and counted (pager_errors, poisoned). An
  * incremental image reads its parent from the same directory.
  * Returns 0 and the region in *regionp, or -EINVAL (NULL, unknown flags,
- * not an image), -E2BIG, -EPROTONOSUPPORT (an image version or daemon
- * protocol this library does not speak), -EBADMSG (a corrupt or truncated
- * image: header or tables), -ESTALE (the parent file is not the image's
+ * not an image, a bad key file), -EPERM (the key file is open to group or
+ * others), -E2BIG, -EPROTONOSUPPORT (an image version or daemon protocol
+ * this library does not speak), -EBADMSG (a corrupt or truncated image:
+ * header or tables), -ENOKEY (the image is authenticated and no key file
+ * was given), -EKEYREJECTED (a key file was given and the image has no
+ * MACs, or was taken with another key), -EOPNOTSUPP (a key, and a daemon
+ * that cannot check MACs), -ESTALE (the parent file is not the image's
  * parent), -ECONNREFUSED/-ENOENT (no daemon on the socket), an error the
  * daemon returned for the registration, or those of faultd_region_create().
  * Context: as faultd_region_create().

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "faultd.h"
+#include "fuzz-key.h"
 #include "internal.h"
 #include "proto.h"
 
@@ -78,11 +79,13 @@ static void hello_write(const char *name, uint32_t min, uint32_t max)
 	msg_write(name, MSG_HELLO, sizeof(*h));
 }
 
-/* @n one-page ranges @step apart from @first, adjacent in the image. */
+/* @n one-page ranges @step apart from @first, adjacent in the image;
+ * with PROTO_REG_MAC, a key after them. */
 static void register_write(const char *name, uint32_t n, uint64_t first,
 			   uint64_t step, uint32_t flags)
 {
 	struct proto_register *r = msg_new();
+	size_t len = sizeof(*r) + n * sizeof(r->r[0]);
 
 	r->uffd_features = 1ull << 0;
 	r->nr_ranges = n;
@@ -90,7 +93,11 @@ static void register_write(const char *name, uint32_t n, uint64_t first,
 	for (uint32_t i = 0; i < n; i++)
 		r->r[i] = (struct proto_range){ first + i * step, PAGE,
 						i * PAGE };
-	msg_write(name, MSG_REGISTER, sizeof(*r) + n * sizeof(r->r[0]));
+	if (flags & PROTO_REG_MAC) {
+		memset(proto_register_key(r), FUZZ_KEY_BYTE, PROTO_KEY_LEN);
+		len += PROTO_KEY_LEN;
+	}
+	msg_write(name, MSG_REGISTER, len);
 }
 
 static void status_write(void)
@@ -146,6 +153,8 @@ static void proto_seeds(void)
 		       PROTO_REG_LAZY);
 	register_write("register-max", PROTO_MAX_RANGES, 0x7f0000000000,
 		       PAGE, 0);
+	register_write("register-mac", 2, 0x7f0000000000, PAGE,
+		       PROTO_REG_MAC);
 	pf->start = 0x7f0000001000;
 	pf->len = PAGE;
 	msg_write("prefetch", MSG_PREFETCH, sizeof(struct proto_hdr) + 24);
@@ -158,7 +167,7 @@ static void proto_seeds(void)
 	register_write("register-none", 0, 0x7f0000000000, PAGE, 0);
 	register_write("register-overlap", 2, 0x7f0000000000, 0, 0);
 	register_write("register-wrap", 1, UINT64_MAX & ~(PAGE - 1), PAGE, 0);
-	hello_write("hello-v2", 2, 2);
+	hello_write("hello-v3", 3, 3); /* a version nobody speaks */
 	out_write("proto", "short", mbuf, 8);
 }
 
@@ -197,12 +206,31 @@ static const char *scratch_path(const char *name)
 	return path;
 }
 
-/* Checkpoint @r as @name, incremental over @parent unless that is NULL. */
-static void ckpt(struct faultd_region *r, const char *name,
-		 const char *parent)
+/* The fuzz key's file, in the scratch directory. */
+static const char *key_file(void)
+{
+	static char path[PATH_MAX];
+	char k[32];
+	int fd;
+
+	if (path[0])
+		return path;
+	snprintf(path, sizeof(path), "%s/key", scratch);
+	memset(k, FUZZ_KEY_BYTE, sizeof(k));
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, k, sizeof(k)) != sizeof(k) || close(fd))
+		die(path, errno);
+	return path;
+}
+
+/* Checkpoint @r as @name, incremental over @parent unless that is NULL,
+ * authenticated with the fuzz key if @mac. */
+static void ckpt_mac(struct faultd_region *r, const char *name,
+		     const char *parent, bool mac)
 {
 	char pp[PATH_MAX];
-	struct faultd_checkpoint_opts o = { .size = sizeof(o) };
+	struct faultd_checkpoint_opts o = { .size = sizeof(o),
+					    .key_file = mac ? key_file() : NULL };
 	int ret;
 
 	if (parent) {
@@ -213,6 +241,12 @@ static void ckpt(struct faultd_region *r, const char *name,
 	ret = faultd_checkpoint(r, scratch_path(name), &o);
 	if (ret < 0)
 		die(name, -ret);
+}
+
+static void ckpt(struct faultd_region *r, const char *name,
+		 const char *parent)
+{
+	ckpt_mac(r, name, parent, false);
 }
 
 /* Append image @name, squeezed: its header, then from IMG_BLOCK on. */
@@ -271,7 +305,7 @@ static void full_seeds(struct faultd_ctx *ctx)
 	ckpt(r, "zero-extent", NULL);
 	img_append("zero-extent");
 	img_variant("self-parent", IMG_INCREMENTAL, "0");
-	img_variant("newer-flag", 2, NULL);
+	img_variant("newer-flag", 1ull << 2, NULL);
 	img_flush("zero-extent");
 	pattern(p, 4 * PAGE);
 	ckpt(r, "data", NULL);
@@ -281,6 +315,10 @@ static void full_seeds(struct faultd_ctx *ctx)
 	img_append("data");
 	img[HEAD + 100] ^= 1;
 	img_flush("bad-crc");
+	ckpt_mac(r, "mac", NULL, true);
+	img_append("mac");
+	img_variant("mac-stripped", 0, NULL);
+	img_flush("mac");
 	faultd_region_destroy(r);
 }
 
@@ -324,6 +362,12 @@ static void chain_seeds(struct faultd_ctx *ctx)
 	img_append("0");
 	img_append("1");
 	img_flush("chain2");
+	ckpt_mac(r, "1", NULL, true);
+	memset(p + IMG_BLOCK, 0, PAGE);
+	ckpt_mac(r, "0", "1", true);
+	img_append("0");
+	img_append("1");
+	img_flush("chain2-mac");
 	faultd_region_destroy(r);
 }
 

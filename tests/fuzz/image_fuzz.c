@@ -2,11 +2,13 @@
 /*
  * image_fuzz.c - libFuzzer target for checkpoint images (image.c).
  *
- * Covers image_open() - the header, the extent and CRC tables, an
- * incremental image's parent found by name and checked by id, chains and
- * cycles - and, for an image it accepts, image_read(): whole and partial
- * blocks, extents of data and of zeros, the parent's blocks, past the end;
- * every block's CRC checked on the way.
+ * Covers image_open() - the header, the chunks of the extent and check
+ * tables, an incremental image's parent found by name and checked by id,
+ * chains and cycles, the MACs of an authenticated image (opened with the
+ * key of fuzz-key.h when its header says IMG_MAC) - and, for an image it
+ * accepts, image_read(): whole and partial blocks, extents of data and of
+ * zeros, the parent's blocks, past the end; every block's check and every
+ * table chunk's checked on the way.
  *
  * Input: one image, or several one after the other, each starting with
  * its magic "FAULTDIM" (at most MAX_IMAGES). The i-th is written to the
@@ -16,8 +18,9 @@
  * from data_off (IMG_BLOCK) on; the padding between, which the reader
  * never reads, comes back as a hole. fuzz-seeds writes seeds in this form.
  *
- * Each input runs as it is, then (if that changes it) with its checksums
- * recomputed, so that a mutation gets past them to the checks behind.
+ * Each input runs as it is, then (if that changes it) with its checks
+ * recomputed (CRC32Cs, or MACs with the fuzz key), so that a mutation gets
+ * past them to the checks behind.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz-key.h"
 #include "internal.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -38,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_EXTENTS 8		    /* extents whose pages are read */
 
 static char dir[PATH_MAX];
+static struct img_key fuzz_key;	/* 32 bytes of FUZZ_KEY_BYTE */
 static char buf[READ_MAX] __attribute__((aligned(4096)));
 
 static const char *path_of(unsigned int i)
@@ -67,6 +72,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(dir, sizeof(dir), "%s/faultd-image-fuzz-XXXXXX", tmp);
 	if (!mkdtemp(dir))
 		abort();
+	memset(fuzz_key.key, FUZZ_KEY_BYTE, sizeof(fuzz_key.key));
 	atexit(dir_remove);
 	return 0;
 }
@@ -134,52 +140,91 @@ static uint8_t *squeezed(uint8_t *p, size_t size, uint64_t off, uint64_t len)
 	return p + HEAD + (off - IMG_BLOCK);
 }
 
-/* Each data block's CRC, into the CRC table, as far as both are there. */
-static void blocks_repair(uint8_t *p, size_t size, const struct img_header *h)
+/* The key an image with header @h is opened with: the fuzz key if its
+ * header asks for one. */
+static const struct img_key *key_for(const uint8_t *p, size_t size)
 {
-	uint8_t *tab = squeezed(p, size, h->crcs_off, h->nr_blocks * 4);
+	struct img_header h;
 
-	for (uint64_t i = 0; tab && i < h->nr_blocks; i++) {
+	if (size < HEAD)
+		return NULL;
+	memcpy(&h, p, sizeof(h));
+	return h.flags & IMG_MAC ? &fuzz_key : NULL;
+}
+
+/* Seal each chunk of a table of @chunks chunks at file offset @off with
+ * its check, as far as the chunks are there. */
+static void chunks_repair(uint8_t *p, size_t size, struct img_checker *chk,
+			  enum img_label label, uint64_t off, uint64_t chunks)
+{
+	for (uint64_t c = 0; c < chunks; c++) {
+		uint8_t *q = squeezed(p, size, off + c * IMG_CHUNK, IMG_CHUNK);
+
+		if (!q)
+			break;
+		memset(q + IMG_CHUNK - IMG_TRAILER, 0, IMG_TRAILER);
+		if (img_check(chk, label, c, q, IMG_CHUNK - IMG_TRAILER,
+			      q + IMG_CHUNK - IMG_TRAILER))
+			abort();
+	}
+}
+
+/* Each data block's check, into the check table, as far as both are
+ * there. */
+static void blocks_repair(uint8_t *p, size_t size, const struct img_header *h,
+			  struct img_checker *chk)
+{
+	size_t cs = img_check_size(chk);
+	uint64_t per = (IMG_CHUNK - IMG_TRAILER) / cs;
+
+	for (uint64_t i = 0; i < h->nr_blocks; i++) {
 		uint8_t *b = squeezed(p, size, h->data_off + i * IMG_BLOCK,
 				      IMG_BLOCK);
-		uint32_t crc;
+		uint8_t *e = squeezed(p, size, h->checks_off +
+				      i / per * IMG_CHUNK + i % per * cs, cs);
 
-		if (!b)
+		if (!b || !e)
 			break;
-		crc = crc32c(0, b, IMG_BLOCK);
-		memcpy(tab + 4 * i, &crc, sizeof(crc));
+		if (img_check(chk, IMG_L_DATA, i, b, IMG_BLOCK, e))
+			abort();
 	}
 }
 
 /*
- * Make the checksums of squeezed image @p match its content - data
- * blocks, tables, header - so that a mutation reaches the checks behind
- * them. Tables longer than the file: left alone, the reader refuses them.
+ * Make the checks of squeezed image @p match its content - data blocks,
+ * table chunks, header - so that a mutation reaches the checks behind
+ * them. Tables longer than the input are repaired as far as they go.
  */
-static void crcs_repair(uint8_t *p, size_t size)
+static void checks_repair(uint8_t *p, size_t size)
 {
-	uint64_t max = IMG_BLOCK + size, clen, elen;
+	uint64_t max = IMG_BLOCK + size;
+	struct img_checker *chk;
 	struct img_header h;
-	const uint8_t *t;
+	uint64_t per;
+	size_t cs;
 
 	if (size < HEAD)
 		return;
 	memcpy(&h, p, sizeof(h));
 	if (h.nr_blocks > max / 4 ||
-	    h.nr_extents > max / sizeof(struct img_extent))
+	    h.nr_extents > max / sizeof(struct img_extent) ||
+	    img_checker_new(&h, key_for(p, size), &chk))
 		return;
-	clen = h.nr_blocks * 4;
-	elen = h.nr_extents * sizeof(struct img_extent);
-	blocks_repair(p, size, &h);
-	t = squeezed(p, size, h.crcs_off, clen);
-	if (t)
-		h.crcs_crc = crc32c(0, t, clen);
-	t = squeezed(p, size, h.extents_off, elen);
-	if (t)
-		h.extents_crc = crc32c(0, t, elen);
+	cs = img_check_size(chk);
+	blocks_repair(p, size, &h, chk);
+	chunks_repair(p, size, chk, IMG_L_EXTENTS, h.extents_off,
+		      (h.nr_extents + IMG_EXT_PER_CHUNK - 1) / IMG_EXT_PER_CHUNK);
+	per = (IMG_CHUNK - IMG_TRAILER) / cs;
+	chunks_repair(p, size, chk, IMG_L_CHECKS, h.checks_off,
+		      (h.nr_blocks + per - 1) / per);
 	h.header_crc = 0;
+	memset(h.header_mac, 0, sizeof(h.header_mac));
+	if ((h.flags & IMG_MAC) &&
+	    img_check(chk, IMG_L_HEADER, 0, &h, sizeof(h), h.header_mac))
+		abort();
 	h.header_crc = crc32c(0, &h, sizeof(h));
 	memcpy(p, &h, sizeof(h));
+	img_checker_free(chk);
 }
 
 static bool all_zero(const char *p, size_t len)
@@ -188,7 +233,7 @@ static bool all_zero(const char *p, size_t len)
 }
 
 /* image_read() of [off, off + len) returns all of it or -EBADMSG. */
-static void read_check(const struct image *img, uint64_t off, size_t len,
+static void read_check(struct image *img, uint64_t off, size_t len,
 		       bool zeros)
 {
 	ssize_t n = image_read(img, off, buf, len);
@@ -205,7 +250,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 }
 
 /* An extent's first page, its last, and as much of it as fits. */
-static void extent_reads(const struct image *img, const struct img_extent *e)
+static void extent_reads(struct image *img, const struct img_extent *e)
 {
 	uint64_t len = e->blocks * IMG_BLOCK;
 	bool zero = e->kind == IMG_ZERO;
@@ -215,14 +260,16 @@ static void extent_reads(const struct image *img, const struct img_extent *e)
 	read_check(img, e->offset, min_u64(len, READ_MAX), zero);
 }
 
-static void reads_check(const struct image *img)
+static void reads_check(struct image *img)
 {
 	uint64_t head = min_u64(img->h.region_len, READ_MAX), end = 0;
+	struct img_extent e;
 
 	read_check(img, 0, (head + 4095) & ~4095ull, false);
 	read_check(img, IMG_BLOCK - 4096, 8192, false); /* across blocks */
 	for (uint64_t i = 0; i < min_u64(img->h.nr_extents, MAX_EXTENTS); i++)
-		extent_reads(img, &img->ext[i]);
+		if (!image_extent(img, i, &e))
+			extent_reads(img, &e);
 	/* No extent reaches past its image's last block. */
 	for (const struct image *p = img; p; p = p->parent)
 		if (p->h.region_len > end)
@@ -242,11 +289,13 @@ static void image_run(const uint8_t *data, const struct parts *ps)
 	fd = open(path_of(0), O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		abort();
-	ret = image_open(fd, path_of(0), &img);
+	ret = image_open(fd, path_of(0), key_for(data + ps->at[0], ps->len[0]),
+			 &img, NULL);
 	close(fd);
 	if (ret != 0 && ret != -EINVAL && ret != -EPROTONOSUPPORT &&
 	    ret != -EBADMSG && ret != -ESTALE && ret != -ELOOP &&
-	    ret != -ENOENT && ret != -ENOMEM)
+	    ret != -ENOENT && ret != -ENOMEM && ret != -ENOKEY &&
+	    ret != -EKEYREJECTED)
 		abort(); /* not one of image_open()'s errors */
 	if (ret)
 		return;
@@ -269,7 +318,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	image_run(data, &ps);
 	memcpy(fixed, data, size);
 	for (unsigned int i = 0; i < ps.n; i++)
-		crcs_repair(fixed + ps.at[i], ps.len[i]);
+		checks_repair(fixed + ps.at[i], ps.len[i]);
 	if (memcmp(fixed, data, size))
 		image_run(fixed, &ps);
 	free(fixed);
