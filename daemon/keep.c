@@ -29,11 +29,19 @@
 
 #define KEEPER_START_MS 5000
 
+/* systemd: how many descriptors each entry put, to remove as many. */
+struct stored {
+	char name[KEEP_NAME_MAX];
+	unsigned int nfds;
+	struct stored *next;
+};
+
 struct keep {
 	struct keep_opts o;
 	char path[108];
 	int sock;		/* to the keeper; -1 with the fd store */
 	pid_t keeper;		/* its pid, as it said */
+	struct stored *stored;	/* with the fd store */
 };
 
 /* ------------------------------------------------------------------------
@@ -325,11 +333,49 @@ int keep_fd(const struct keep *k)
  * Entries.
  */
 
-/* systemd: one descriptor per notification, named NAME.INDEX. */
-static int store_put(const char *name, const int *fds, unsigned int nfds)
+/* The entry @name of the fd store's table, made if @make. */
+static struct stored *stored_find(struct keep *k, const char *name, bool make)
+{
+	struct stored *e;
+
+	for (e = k->stored; e; e = e->next)
+		if (!strcmp(e->name, name))
+			return e;
+	if (!make || !(e = calloc(1, sizeof(*e))))
+		return NULL;
+	strcpy(e->name, name);
+	e->next = k->stored;
+	k->stored = e;
+	return e;
+}
+
+static int store_remove(const char *name, unsigned int from, unsigned int to)
 {
 	char msg[128];
 
+	for (unsigned int i = from; i < to; i++) {
+		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s.%u",
+			 name, i);
+		if (sd_pid_notify(0, 0, msg) <= 0)
+			return -ENOTCONN;
+	}
+	return 0;
+}
+
+/*
+ * systemd: one descriptor per notification, named NAME.INDEX (an entry
+ * that shrank loses its old tail), FDPOLL=0: systemd must not drop a
+ * descriptor that polls as hung up (a userfaultfd whose owner cleared
+ * O_NONBLOCK polls EPOLLERR).
+ */
+static int store_put(struct keep *k, const char *name, const int *fds,
+		     unsigned int nfds)
+{
+	struct stored *e = stored_find(k, name, true);
+	char msg[128];
+
+	if (!e)
+		return -ENOMEM;
 	for (unsigned int i = 0; i < nfds; i++) {
 		int ret;
 
@@ -339,20 +385,17 @@ static int store_put(const char *name, const int *fds, unsigned int nfds)
 		if (ret <= 0)
 			return ret < 0 ? ret : -ENOTCONN;
 	}
+	if (e->nfds > nfds)
+		store_remove(name, nfds, e->nfds);
+	e->nfds = nfds;
 	return 0;
 }
 
-static int store_drop(const char *name)
+static int store_drop(struct keep *k, const char *name)
 {
-	char msg[128];
+	struct stored *e = stored_find(k, name, false);
 
-	for (unsigned int i = 0; i < KEEP_MAX_FDS; i++) {
-		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s.%u",
-			 name, i);
-		if (sd_pid_notify(0, 0, msg) <= 0)
-			return -ENOTCONN;
-	}
-	return 0;
+	return e ? store_remove(name, 0, e->nfds) : 0;
 }
 
 /*
@@ -369,7 +412,7 @@ int keep_put(struct keep *k, const char *name, const int *fds,
 	if (strlen(name) >= KEEP_NAME_MAX || nfds > KEEP_MAX_FDS)
 		return -E2BIG;
 	if (k->o.fd_store)
-		return store_put(name, fds, nfds);
+		return store_put(k, name, fds, nfds);
 	keep_init(&m, K_PUT);
 	strcpy(m.name, name);
 	m.nfds = nfds;
@@ -385,7 +428,7 @@ int keep_drop(struct keep *k, const char *name)
 	if (strlen(name) >= KEEP_NAME_MAX)
 		return -E2BIG;
 	if (k->o.fd_store)
-		return store_drop(name);
+		return store_drop(k, name);
 	keep_init(&m, K_DROP);
 	strcpy(m.name, name);
 	return keep_send(k->sock, &m, NULL, 0);
@@ -415,12 +458,21 @@ static int keeper_fetch(struct keep *k, keep_fn fn, void *arg)
 	return ret;
 }
 
+/* What the store holds of entry @e, to remove as many later. */
+static void store_note(struct keep *k, const struct keep_entry *e)
+{
+	struct stored *st = stored_find(k, e->name, true);
+
+	if (st && e->nfds > st->nfds)
+		st->nfds = e->nfds;
+}
+
 /*
  * systemd: the descriptors it passed (LISTEN_FDS, named NAME.INDEX by
  * store_put()), grouped back into entries. Names without a dot are not
  * ours (the activated socket) and are left to the caller.
  */
-static int store_fetch(keep_fn fn, void *arg)
+static int store_fetch(struct keep *k, keep_fn fn, void *arg)
 {
 	char **names = NULL;
 	int n = sd_listen_fds_with_names(0, &names);
@@ -437,17 +489,23 @@ static int store_fetch(keep_fn fn, void *arg)
 		if (!dot || sscanf(dot + 1, "%u", &idx) != 1 ||
 		    idx >= KEEP_MAX_FDS || dot - names[i] >= KEEP_NAME_MAX)
 			continue;
-		if (e->nfds && strncmp(e->name, names[i], (size_t)(dot - names[i]))) {
+		if (e->nfds && (strlen(e->name) != (size_t)(dot - names[i]) ||
+				strncmp(e->name, names[i],
+					(size_t)(dot - names[i])))) {
+			store_note(k, e);
 			fn(arg, e);
 			memset(e, 0, sizeof(*e));
 		}
 		memcpy(e->name, names[i], (size_t)(dot - names[i]));
+		e->name[dot - names[i]] = 0;
 		e->fds[idx] = SD_LISTEN_FDS_START + i;
 		if (idx + 1 > e->nfds)
 			e->nfds = idx + 1;
 	}
-	if (e->nfds)
+	if (e->nfds) {
+		store_note(k, e);
 		fn(arg, e);
+	}
 	for (int i = 0; names && i < n; i++)
 		free(names[i]);
 	free(names);
@@ -458,7 +516,8 @@ static int store_fetch(keep_fn fn, void *arg)
 /* keep_fetch() - every entry a daemon before this one left, to @fn. */
 int keep_fetch(struct keep *k, keep_fn fn, void *arg)
 {
-	return k->o.fd_store ? store_fetch(fn, arg) : keeper_fetch(k, fn, arg);
+	return k->o.fd_store ? store_fetch(k, fn, arg)
+			     : keeper_fetch(k, fn, arg);
 }
 
 /*
@@ -478,5 +537,11 @@ void keep_close(struct keep *k, bool bye)
 	}
 	if (k->sock >= 0)
 		close(k->sock);
+	while (k->stored) {
+		struct stored *e = k->stored;
+
+		k->stored = e->next;
+		free(e);
+	}
 	free(k);
 }

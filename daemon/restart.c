@@ -126,8 +126,10 @@ bool restart_end(void)
 	if (!daemon_keep)
 		return true;
 	if (sessions_left_kept() || left) {
-		dlog(0, "stopping: sessions stay with the keeper (pid %d) for "
-			"the next faultd", (int)keep_pid(daemon_keep));
+		dlog(0, "stopping: %zu sessions stay kept (%s) for the next "
+			"faultd", left, keep_pid(daemon_keep)
+					     ? "by the keeper"
+					     : "in the fd store");
 		keep_close(daemon_keep, false);
 		return false;
 	}

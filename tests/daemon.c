@@ -1197,3 +1197,208 @@ Test(daemon, keeper_killed_then_daemon_restarted)
 	cr_assert(now > 0 && now != old, "no new keeper");
 	restart_once(&c);
 }
+
+/* ------------------------------------------------------------------------
+ * systemd's file-descriptor store, with the test as systemd
+ */
+
+#define STORE_MAX 128
+
+/* What a service manager keeps for the daemon: its FDSTORE= fds. */
+struct fdstore {
+	pthread_mutex_t lock;	/* the drainer adds, the test reads */
+	int ns;			/* NOTIFY_SOCKET */
+	atomic_bool stop;
+	int n;
+	int fds[STORE_MAX];
+	char names[STORE_MAX][64];
+};
+
+static void store_remove(struct fdstore *st, const char *name)
+{
+	for (int i = 0; i < st->n; i++)
+		if (!strcmp(st->names[i], name)) {
+			close(st->fds[i]);
+			st->fds[i] = st->fds[--st->n];
+			strcpy(st->names[i], st->names[st->n]);
+			i--;
+		}
+}
+
+/* Read every notification waiting on @ns, as systemd would. */
+static void store_drain(int ns, struct fdstore *st)
+{
+	for (;;) {
+		char buf[512], *name;
+		union {
+			char c[CMSG_SPACE(16 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = { buf, sizeof(buf) - 1 };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+				     .msg_control = u.c,
+				     .msg_controllen = sizeof(u.c) };
+		struct cmsghdr *cm;
+		ssize_t n = recvmsg(ns, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int fd = -1;
+
+		if (n < 0)
+			return;
+		buf[n] = 0;
+		pthread_mutex_lock(&st->lock);
+		for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+			if (cm->cmsg_type == SCM_RIGHTS)
+				memcpy(&fd, CMSG_DATA(cm), sizeof(fd));
+		name = strstr(buf, "FDNAME=");
+		cr_assert(name, "a notification without FDNAME: %s", buf);
+		name += 7;
+		name[strcspn(name, "\n")] = 0;
+		store_remove(st, name); /* a name is kept once */
+		if (!strstr(buf, "FDSTOREREMOVE=1")) {
+			cr_assert(strstr(buf, "FDSTORE=1") && fd >= 0 &&
+				  st->n < STORE_MAX);
+			st->fds[st->n] = fd;
+			snprintf(st->names[st->n++], 64, "%s", name);
+		}
+		pthread_mutex_unlock(&st->lock);
+	}
+}
+
+/* Drain NOTIFY_SOCKET all the time, as systemd does: a full queue of a
+ * datagram socket blocks the sender. */
+static void *store_drainer(void *arg)
+{
+	struct fdstore *st = arg;
+
+	while (!atomic_load(&st->stop)) {
+		struct pollfd p = { .fd = st->ns, .events = POLLIN };
+
+		if (poll(&p, 1, 50) > 0)
+			store_drain(st->ns, st);
+	}
+	return NULL;
+}
+
+static int store_count(struct fdstore *st)
+{
+	int n;
+
+	pthread_mutex_lock(&st->lock);
+	n = st->n;
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+/*
+ * Start the daemon the way systemd starts a unit with
+ * FileDescriptorStoreMax= and socket activation: the listening socket
+ * @ls and what the store holds as LISTEN_FDS, with LISTEN_FDNAMES, and
+ * NOTIFY_SOCKET.
+ */
+static pid_t daemon_start_stored(int ls, const char *notify,
+				 const struct fdstore *st)
+{
+	const char *exe = getenv("FAULTD_DAEMON");
+	pid_t pid = fork();
+
+	cr_assert(exe && pid >= 0);
+	if (pid == 0) {
+		char me[16], n[16], names[STORE_MAX * 64 + 32];
+		int tmp[STORE_MAX + 1];
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		tmp[0] = fcntl(ls, F_DUPFD_CLOEXEC, 100);
+		for (int i = 0; i < st->n; i++)
+			tmp[i + 1] = fcntl(st->fds[i], F_DUPFD_CLOEXEC, 100);
+		strcpy(names, "faultd.socket");
+		for (int i = 0; i <= st->n; i++) {
+			if (dup2(tmp[i], 3 + i) < 0)
+				_exit(127);
+			if (i) {
+				strcat(names, ":");
+				strcat(names, st->names[i - 1]);
+			}
+		}
+		snprintf(me, sizeof(me), "%d", getpid());
+		snprintf(n, sizeof(n), "%d", st->n + 1);
+		setenv("LISTEN_PID", me, 1);
+		setenv("LISTEN_FDS", n, 1);
+		setenv("LISTEN_FDNAMES", names, 1);
+		setenv("NOTIFY_SOCKET", notify, 1);
+		execl(exe, exe, "--fd-store", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/*
+ * Under systemd the descriptors live in the service's fd store: kill -9
+ * of the daemon mid-restore, and the daemon systemd starts again adopts
+ * the session from what the store gives it back.
+ */
+Test(daemon, fd_store_keeps_sessions_the_systemd_way)
+{
+	struct restarted c = { make_image("store", 64 * MIB, TAG), 64 * MIB,
+			       .lazy = true, .kill_at = 8192 };
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	const char *notify = path_of("notify.sock");
+	int ns = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct fdstore *st = calloc(1, sizeof(*st));
+	int to_test[2], from_test[2], status;
+	uint64_t t0, first;
+	pthread_t drainer;
+	pid_t pid;
+	char k;
+
+	cr_assert(st && ns >= 0 && ls >= 0);
+	pthread_mutex_init(&st->lock, NULL);
+	st->ns = ns;
+	daemon_kill(daemon_pid, SIGTERM); /* the suite's: this one is ours */
+	daemon_pid = 0;
+	unlink(sock);
+	strcpy(a.sun_path, sock);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(ls, 16), 0);
+	strcpy(a.sun_path, notify);
+	cr_assert_eq(bind(ns, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(pthread_create(&drainer, NULL, store_drainer, st), 0);
+	daemon_pid = daemon_start_stored(ls, notify, st);
+	cr_assert_eq(pipe(to_test), 0);
+	cr_assert_eq(pipe(from_test), 0);
+	c.to_test = to_test[1];
+	c.from_test = from_test[0];
+	pid = fork();
+	if (pid == 0)
+		restarted_main(&c);
+	close(to_test[1]);
+	close(from_test[0]);
+	cr_assert_eq(read(to_test[0], &k, 1), 1);
+	daemon_kill(daemon_pid, SIGKILL);
+	/* What was sent before the kill has all arrived: the socket is
+	 * empty once drained after the daemon's death. */
+	store_drain(ns, st);
+	cr_assert_gt(store_count(st), 0, "nothing was put in the fd store");
+	t0 = test_now_ns();
+	pthread_mutex_lock(&st->lock); /* the child starts with a copy */
+	daemon_pid = daemon_start_stored(ls, notify, st);
+	pthread_mutex_unlock(&st->lock);
+	cr_assert_eq(write(from_test[1], &t0, sizeof(t0)), sizeof(t0));
+	if (read(to_test[0], &first, sizeof(first)) != sizeof(first))
+		cr_assert_fail("the client ended with %d", client_wait(pid));
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && !WEXITSTATUS(status),
+		  "the client ended with %#x", status);
+	cr_log_info("fd store: restart to first page served %.2f ms",
+		    (double)first / 1e6);
+	daemon_kill(daemon_pid, SIGTERM);
+	daemon_pid = 0;
+	atomic_store(&st->stop, true);
+	pthread_join(drainer, NULL);
+	store_drain(ns, st);
+	cr_assert_eq(store_count(st), 0,
+		     "the session's descriptors stayed in the store");
+	close(ls);
+	close(ns);
+	free(st);
+}
