@@ -101,7 +101,7 @@ if [ -z "$unitdir" ]; then
 	check "faultd.socket in $prefix/lib/systemd/system" \
 		test -f "$units/faultd.socket"
 	check "faultd.service there starts $sbindir/faultd" \
-		grep -qx "ExecStart=$sbindir/faultd" "$units/faultd.service"
+		grep -qx "ExecStart=$sbindir/faultd --fd-store" "$units/faultd.service"
 fi
 
 man_missing=""
