@@ -192,6 +192,24 @@ static size_t range_index_locked(const struct space *sp, uint64_t addr)
 }
 
 /*
+ * Split the table at @start and @end: the ranges in [start, end) are then
+ * [*a, *b). Returns 0 or -ENOMEM.
+ */
+static int range_bounds_locked(struct space *sp, uint64_t start,
+			       uint64_t end, size_t *a, size_t *b)
+{
+	int ret = split_at_locked(sp, start);
+
+	if (!ret)
+		ret = split_at_locked(sp, end);
+	if (ret)
+		return ret;
+	*a = range_index_locked(sp, start);
+	*b = range_index_locked(sp, end);
+	return 0;
+}
+
+/*
  * Cut [start, end) out of the table into @out (may be NULL: dropped).
  * Returns how many ranges were cut, or -ENOMEM.
  */
@@ -199,14 +217,10 @@ static ssize_t range_cut_locked(struct space *sp, uint64_t start,
 				uint64_t end, struct srange *out)
 {
 	size_t a, b;
-	int ret = split_at_locked(sp, start);
+	int ret = range_bounds_locked(sp, start, end, &a, &b);
 
-	if (!ret)
-		ret = split_at_locked(sp, end);
 	if (ret)
 		return ret;
-	a = range_index_locked(sp, start);
-	b = range_index_locked(sp, end);
 	if (out)
 		memcpy(out, &sp->r[a], (b - a) * sizeof(*out));
 	memmove(&sp->r[a], &sp->r[b], (sp->nr - b) * sizeof(sp->r[0]));
@@ -260,14 +274,10 @@ static int pages_unmapped_locked(struct space *sp, uint64_t start,
 				 uint64_t end)
 {
 	size_t a, b;
-	int ret = split_at_locked(sp, start);
+	int ret = range_bounds_locked(sp, start, end, &a, &b);
 
-	if (!ret)
-		ret = split_at_locked(sp, end);
 	if (ret)
 		return ret;
-	a = range_index_locked(sp, start);
-	b = range_index_locked(sp, end);
 	for (size_t i = a; i < b; i++)
 		pages_done(sp, sp->r[i].src_off, sp->r[i].len);
 	return (int)range_cut_locked(sp, start, end, NULL);
