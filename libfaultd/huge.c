@@ -64,7 +64,8 @@ unsigned int huge_memfd_flags(size_t ps)
 	return MFD_HUGETLB | (size_shift(ps) << MFD_HUGE_SHIFT);
 }
 
-/* A counter of the huge page pool of size @ps, e.g. "free_hugepages". */
+/* A counter of the huge page pool of size @ps, e.g. "free_hugepages"
+ * (libhugetlbfs 2.24's public header exports no counters: sysfs). */
 static unsigned long pool_counter(size_t ps, const char *name)
 {
 	char path[128];
