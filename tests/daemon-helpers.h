@@ -16,11 +16,12 @@
 #include "proto.h"
 
 /*
- * Start the daemon on @sock, without FAULTD_INJECT (the failure points
- * are the test's, not the daemon's), and wait - with a 5 s deadline -
- * until it accepts a connection.
+ * Start the daemon on @sock with @extra (an option, or NULL), without
+ * FAULTD_INJECT (the failure points are the test's, not the daemon's),
+ * and wait - with a 5 s deadline - until it accepts a connection.
  */
-static inline pid_t test_daemon_start(const char *sock)
+static inline pid_t test_daemon_start_with(const char *sock,
+					   const char *extra)
 {
 	const char *exe = getenv("FAULTD_DAEMON");
 	uint64_t end = test_now_ns() + 5000000000ull;
@@ -33,7 +34,7 @@ static inline pid_t test_daemon_start(const char *sock)
 		/* A test that dies must not leave its daemon behind. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		unsetenv("FAULTD_INJECT");
-		execl(exe, exe, "--socket", sock, (char *)NULL);
+		execl(exe, exe, "--socket", sock, extra, (char *)NULL);
 		_exit(127);
 	}
 	cr_assert(pid > 0);
@@ -53,6 +54,11 @@ static inline int test_daemon_kill(pid_t pid, int sig)
 	kill(pid, sig);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	return status;
+}
+
+static inline pid_t test_daemon_start(const char *sock)
+{
+	return test_daemon_start_with(sock, NULL);
 }
 
 #endif
