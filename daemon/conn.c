@@ -509,17 +509,29 @@ static int watch_keeper(struct loop *l)
 	return epoll_ctl(l->ep, EPOLL_CTL_ADD, l->kfd, &ev) < 0 ? -errno : 0;
 }
 
-static int loop_init(struct loop *l, int ls, int sfd)
-{
-	struct epoll_event ev = { .events = EPOLLIN };
+/* The loop's own descriptors, made before the daemon listens: once its
+ * socket exists, the daemon holds all it holds when idle. */
+static struct loop the_loop = { .ep = -1, .reserve = -1, .kfd = -1 };
 
-	*l = (struct loop){ .ls = ls, .sfd = sfd, .reserve = -1, .kfd = -1 };
+int conn_prepare(void)
+{
+	struct loop *l = &the_loop;
+
 	l->list.prev = l->list.next = &l->list;
 	l->buf = malloc(PROTO_MAX_MSG);
 	l->ep = epoll_create1(EPOLL_CLOEXEC);
 	l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (!l->buf || l->ep < 0 || l->reserve < 0)
-		return -errno;
+	return l->buf && l->ep >= 0 && l->reserve >= 0 ? 0 : -errno;
+}
+
+static int loop_init(struct loop *l, int ls, int sfd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (!l->buf)
+		return -ENOMEM;
+	l->ls = ls;
+	l->sfd = sfd;
 	ev.data.ptr = &l->ls;
 	if (epoll_ctl(l->ep, EPOLL_CTL_ADD, ls, &ev) < 0)
 		return -errno;
@@ -548,31 +560,31 @@ static void loop_fini(struct loop *l)
 int conn_loop(int ls, int sfd)
 {
 	struct epoll_event ev[64];
-	struct loop l;
-	int ret = loop_init(&l, ls, sfd);
+	struct loop *l = &the_loop;
+	int ret = loop_init(l, ls, sfd);
 
 	while (!ret) {
-		int n = epoll_wait(l.ep, ev, ARRAY_SIZE(ev), loop_timeout(&l));
+		int n = epoll_wait(l->ep, ev, ARRAY_SIZE(ev), loop_timeout(l));
 		bool stop = false;
 
 		if (n < 0 && errno != EINTR)
 			ret = -errno;
 		for (int i = 0; i < n; i++) {
-			if (ev[i].data.ptr == &l.sfd) {
+			if (ev[i].data.ptr == &l->sfd) {
 				stop = true;
-			} else if (ev[i].data.ptr == &l.kfd) {
-				epoll_ctl(l.ep, EPOLL_CTL_DEL, l.kfd, NULL);
+			} else if (ev[i].data.ptr == &l->kfd) {
+				epoll_ctl(l->ep, EPOLL_CTL_DEL, l->kfd, NULL);
 				restart_keeper_lost();
-				watch_keeper(&l);
+				watch_keeper(l);
+			} else if (ev[i].data.ptr == &l->ls) {
+				accept_one(l);
+			} else {
+				conn_input(l, ev[i].data.ptr);
 			}
-			else if (ev[i].data.ptr == &l.ls)
-				accept_one(&l);
-			else
-				conn_input(&l, ev[i].data.ptr);
 		}
 		if (stop)
 			break;
 	}
-	loop_fini(&l);
+	loop_fini(l);
 	return ret;
 }

@@ -67,6 +67,7 @@ void restart_keeper_lost(void);
 bool restart_end(void);
 
 /* conn.c - connections until they register, and the limits */
+int conn_prepare(void);
 int conn_loop(int ls, int sfd);
 void conn_session_gone(uid_t uid);
 

@@ -299,6 +299,10 @@ int main(int argc, char **argv)
 	sigaddset(&stop, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	sfd = signalfd(-1, &stop, SFD_CLOEXEC);
+	if (sfd < 0 || conn_prepare() < 0) {
+		fprintf(stderr, "faultd: cannot start: %s\n", strerror(errno));
+		return 1;
+	}
 	ls = activated_socket();
 	if (ls < 0) {
 		fprintf(stderr, "faultd: the passed socket (LISTEN_FDS) must be "

@@ -164,8 +164,20 @@ static bool daemon_msg(unsigned int grace_s)
 	return true;
 }
 
+/*
+ * Has the connected daemon gone, with its end of the connection not read
+ * yet? A daemon killed just before the next one connects must not make
+ * that one look like a second daemon.
+ */
+static bool daemon_gone(void)
+{
+	struct pollfd p = { .fd = daemon_sock, .events = POLLIN | POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP));
+}
+
 /* A connection: the daemon, unless one is connected already. */
-static void accept_daemon(int ls)
+static void accept_daemon(int ls, unsigned int grace_s)
 {
 	struct ucred c;
 	socklen_t len = sizeof(c);
@@ -179,6 +191,10 @@ static void accept_daemon(int ls)
 		close(s);
 		return;
 	}
+	/* What the dead daemon sent before it died is kept first. */
+	if (daemon_sock >= 0 && daemon_gone())
+		while (daemon_sock >= 0 && daemon_msg(grace_s))
+			;
 	if (daemon_sock >= 0) {
 		snprintf(why, sizeof(why), "another faultd (pid %d's "
 			 "connection) uses this keeper: two daemons on one "
@@ -263,7 +279,7 @@ static void keeper_loop(int ls, unsigned int grace_s)
 		if (poll(p, np, 1000) < 0 && errno != EINTR)
 			return;
 		if (p[0].revents)
-			accept_daemon(ls);
+			accept_daemon(ls, grace_s);
 		if (p[1].revents)
 			daemon_msg(grace_s);
 		expire(p + 2, slot + 2, np - 2);

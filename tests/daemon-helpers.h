@@ -18,7 +18,7 @@
 /*
  * Start the daemon on @sock with @extra (an option, or NULL), without
  * FAULTD_INJECT (the failure points are the test's, not the daemon's),
- * and wait - with a 5 s deadline - until it accepts a connection.
+ * and wait - with a 5 s deadline - until it answers a HELLO.
  */
 static inline pid_t test_daemon_start_with(const char *sock,
 					   const char *extra)
@@ -38,11 +38,21 @@ static inline pid_t test_daemon_start_with(const char *sock,
 		_exit(127);
 	}
 	cr_assert(pid > 0);
-	while ((s = proto_connect(sock)) < 0) {
+	/* Until it answers a HELLO: a socket that accepts may be one a
+	 * keeper held for it before its loop runs. */
+	for (;;) {
+		struct proto_hello h;
+		int ok;
+
+		s = proto_connect(sock);
+		ok = s >= 0 && proto_hello(s, 0, &h) == 0;
+		if (s >= 0)
+			close(s);
+		if (ok)
+			break;
 		cr_assert(test_now_ns() < end, "the daemon did not come up");
 		sched_yield();
 	}
-	close(s);
 	return pid;
 }
 
