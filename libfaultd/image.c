@@ -238,6 +238,7 @@ static int image_open_chain(int fd, const char *path, unsigned int depth,
 	return 0;
 }
 
+/* image_close() - also the calling thread's ring: see ring_thread_close(). */
 void image_close(struct image *img)
 {
 	if (!img)
@@ -248,6 +249,7 @@ void image_close(struct image *img)
 	free(img->ext);
 	free(img->crcs);
 	free(img);
+	ring_thread_close();
 }
 
 /* ------------------------------------------------------------------------

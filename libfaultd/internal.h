@@ -529,6 +529,7 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
 
 bool pager_is_file(const struct faultd_pager *p);
 ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
+void ring_thread_close(void);
 
 /* ------------------------------------------------------------------------
  * crc32c.c

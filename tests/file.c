@@ -9,9 +9,12 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "helpers.h"
+#include "resources.h"
 
 #define TAG 0xf11e
 
@@ -504,6 +507,180 @@ Test(file, failed_writeback_keeps_pages_dirty)
 	cr_assert_eq(faultd_region_destroy(r), 0);
 	faultd_ctx_destroy(ctx);
 	free(m.data);
+}
+
+/* ------------------------------------------------------------------------
+ * The pager's io_uring rings
+ */
+
+/*
+ * faultd_file_pager() leaves no descriptor behind: not when it fails, not
+ * once released, and not after a region used it (the handler and prefetch
+ * threads' rings close with them; release() closes the one that sync gave
+ * the calling thread).
+ */
+Test(file, pager_leaves_no_descriptor)
+{
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
+	size_t len = MIB;
+	int fd = pattern_file(len), pipefd[2];
+	struct faultd_file_opts fo = { .size = sizeof(fo) };
+	struct faultd_region_opts o = { .size = sizeof(o), .length = len,
+					.flags = FAULTD_REGION_WP };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct faultd_pager p;
+	struct resources before;
+
+	cr_assert_eq(pipe(pipefd), 0);
+	/* What a first use of the library keeps for good (no file pager). */
+	faultd_ctx_destroy(ctx_new());
+	before = resources_now();
+	fo.fd = pipefd[0];
+	cr_assert_eq(faultd_file_pager(&fo, &p), -EINVAL);
+	cr_assert_eq(resources_now().fds, before.fds, "after -EINVAL");
+	fo.fd = fd;
+	cr_assert_eq(faultd_file_pager(&fo, &p), 0);
+	p.release(p.arg);
+	cr_assert_eq(resources_now().fds, before.fds, "after release()");
+
+	ctx = ctx_new();
+	cr_assert_eq(faultd_file_pager(&fo, &p), 0);
+	o.pager = &p;
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	cr_assert_eq(read_all(faultd_region_base(r), len), 0);
+	memset((char *)faultd_region_base(r) + PAGE, 0, PAGE);
+	cr_assert_eq(faultd_region_sync(r, 0, len), 0);
+	cr_assert_eq(faultd_region_destroy(r), 0);
+	faultd_ctx_destroy(ctx);
+	cr_assert_eq(resources_settle(before, 5000).fds, before.fds,
+		     "after a region used it");
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(fd);
+}
+
+/*
+ * A fill makes no getpid() system call (the ring lookup finds a fork by
+ * other means). A child reads a file region page by page - each page a
+ * fill - while this process traces its system calls and counts getpid()
+ * between two getppid() markers, in every thread of the child.
+ */
+#define TRACED_PAGES 512
+
+static void traced_reader(void)
+{
+	struct faultd_region_opts o = { .fault_around = FAULTD_FAULT_AROUND_OFF,
+					.readahead_max = FAULTD_READAHEAD_OFF };
+	struct file_region f;
+
+	if (ptrace(PTRACE_TRACEME, 0, NULL, NULL) < 0 || raise(SIGSTOP))
+		_exit(2);
+	f = file_region(TRACED_PAGES * PAGE, TRACED_PAGES * PAGE, &o);
+	syscall(SYS_getppid);
+	if (read_all(f.base, TRACED_PAGES * PAGE))
+		_exit(3);
+	syscall(SYS_getppid);
+	file_region_done(&f);
+	_exit(0);
+}
+
+/* The tracer's loop: until the child and its threads are gone. */
+static int trace_getpids(pid_t child, long *getpids, int *markers)
+{
+	struct __ptrace_syscall_info info;
+	int status, child_status = -1;
+	pid_t t;
+
+	while ((t = waitpid(-1, &status, __WALL)) > 0) {
+		int sig = 0;
+
+		if (WIFEXITED(status) || WIFSIGNALED(status)) {
+			if (t == child)
+				child_status = status;
+			continue;
+		}
+		if (WSTOPSIG(status) == (SIGTRAP | 0x80) &&
+		    ptrace(PTRACE_GET_SYSCALL_INFO, t, sizeof(info), &info) > 0 &&
+		    info.op == PTRACE_SYSCALL_INFO_ENTRY) {
+			*markers += info.entry.nr == SYS_getppid;
+			*getpids += info.entry.nr == SYS_getpid && *markers == 1;
+		} else if (WSTOPSIG(status) != SIGTRAP &&
+			   WSTOPSIG(status) != (SIGTRAP | 0x80) &&
+			   WSTOPSIG(status) != SIGSTOP) {
+			sig = WSTOPSIG(status); /* the child's own: deliver */
+		}
+		ptrace(PTRACE_SYSCALL, t, NULL, (void *)(uintptr_t)sig);
+	}
+	return child_status;
+}
+
+Test(file, fills_make_no_getpid_call, .timeout = 120)
+{
+	int status, markers = 0;
+	long getpids = 0;
+	pid_t child = fork();
+
+	cr_assert_geq(child, 0);
+	if (!child)
+		traced_reader();
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert(WIFSTOPPED(status) && WSTOPSIG(status) == SIGSTOP);
+	cr_assert_eq(ptrace(PTRACE_SETOPTIONS, child, NULL,
+			    (void *)(uintptr_t)(PTRACE_O_TRACESYSGOOD |
+						PTRACE_O_TRACECLONE |
+						PTRACE_O_EXITKILL)),
+		     0);
+	cr_assert_eq(ptrace(PTRACE_SYSCALL, child, NULL, NULL), 0);
+	status = trace_getpids(child, &getpids, &markers);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "child status %#x", status);
+	cr_assert_eq(markers, 2);
+	cr_assert_eq(getpids, 0, "%ld getpid() calls for %d fills", getpids,
+		     TRACED_PAGES);
+}
+
+/*
+ * A child made by fork() writes back through the file pager with a ring
+ * of its own, not the one its parent's thread had (they would share it);
+ * the parent's still works after the child is gone.
+ */
+static void sync_page(struct file_region *f, size_t pg, uint64_t v)
+{
+	char buf[PAGE];
+
+	write_version(f->base + pg * PAGE, pg, v);
+	cr_assert_eq(faultd_region_sync(f->r, 0, 16 * PAGE), 0);
+	file_page(f->fd, pg, buf);
+	cr_assert(is_version(buf, pg, v), "page %zu", pg);
+}
+
+static void forked_writer(void *arg)
+{
+	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP };
+	struct file_region f = file_region(16 * PAGE, 16 * PAGE, &o);
+	char buf[PAGE];
+
+	(void)arg;
+	write_version(f.base + 3 * PAGE, 3, 9);
+	if (faultd_region_sync(f.r, 0, 16 * PAGE))
+		_exit(3);
+	if (pread(f.fd, buf, PAGE, 3 * PAGE) != (ssize_t)PAGE ||
+	    !is_version(buf, 3, 9) || read_all(f.base, 3 * PAGE))
+		_exit(4);
+	file_region_done(&f);
+}
+
+Test(file, forked_child_uses_a_ring_of_its_own)
+{
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
+	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP };
+	struct file_region f = file_region(16 * PAGE, 16 * PAGE, &o);
+
+	sync_page(&f, 2, 1); /* this thread has a ring now */
+	cr_assert_eq(run_in_child(forked_writer, NULL), -1, "child failed");
+	sync_page(&f, 4, 2);
+	file_region_done(&f);
 }
 
 /* ------------------------------------------------------------------------
