@@ -417,19 +417,45 @@ static int base_prepare(struct fault *f, bool stale)
 }
 
 /*
+ * base_claim_charged() - base_claim(); in a region with a budget, a page
+ * that comes into the page cache (not a stale one, which is there) is
+ * charged to the budget first. While the budget is full the page is let
+ * go again - a thread that holds a page never waits for room - room is
+ * made (evict.c) and the page claimed again; over the budget if the pages
+ * in it cannot be written back.
+ */
+static int base_claim_charged(struct fault *f, struct page_state *s,
+			      bool *stale)
+{
+	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR, over = false;
+	struct faultd_region *r = f->r;
+	int claim;
+
+	for (;;) {
+		*stale = false;
+		claim = base_claim(s, minor, r->ev, stale);
+		if (!r->ev || claim == BASE_CLAIM_MAPPED || *stale ||
+		    evict_reserve(r, 1, over))
+			return claim;
+		base_release(s, PAGE_NONE);
+		over = evict_make_room(r);
+	}
+}
+
+/*
  * do_base_fault() - a missing or minor fault in a region with a page-cache
  * base. The handler that claims the page prepares it in the page cache;
  * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
  * In a region with a budget the page is held while it is mapped, so that
  * the evictor cannot take it from the page cache in between (evict.c);
- * mapping it marks it used for the evictor's CLOCK.
+ * mapping it marks it used for the evictor's CLOCK. A page whose content
+ * could not be produced stays charged, stale: it may hold memory.
  */
 static int do_base_fault(struct fault *f)
 {
 	struct faultd_region *r = f->r;
 	struct page_state *s = base_state(r->cache, f->off);
-	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR;
-	bool stale = false;
+	bool stale;
 	int claim, ret;
 
 	if (r->cache->pager) {
@@ -437,15 +463,13 @@ static int do_base_fault(struct fault *f)
 		if (ret)
 			return ret;
 	}
-	claim = base_claim(s, minor, r->ev, &stale);
+	claim = base_claim_charged(f, s, &stale);
 	if (claim == BASE_CLAIM_MAPPED) {
 		fault_commit(f, ST_MAPPED);
 	} else {
 		ret = base_prepare(f, stale);
 		if (ret) {
 			base_release(s, PAGE_STALE);
-			if (r->ev && !stale)
-				evict_charge(r, 1);
 			return fault_poison(f, ret);
 		}
 		if (!r->ev)
@@ -456,11 +480,8 @@ static int do_base_fault(struct fault *f)
 		return ret;
 	evict_mapped(r, f->off, f->len);
 	base_release(s, PAGE_READY);
-	if (claim == BASE_CLAIM_PREPARE) {
-		if (!stale)
-			evict_charge(r, 1);
+	if (claim == BASE_CLAIM_PREPARE)
 		fault_readahead(f, f->off + f->len);
-	}
 	return ret;
 }
 

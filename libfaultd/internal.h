@@ -520,7 +520,9 @@ void evict_free(struct faultd_region *r);
 int evict_grow(struct faultd_region *r, size_t len);
 void evict_shrink(struct faultd_region *r, size_t old_len, size_t len);
 void evict_mapped(struct faultd_region *r, uint64_t off, size_t len);
-void evict_charge(struct faultd_region *r, size_t pages);
+size_t evict_reserve(struct faultd_region *r, size_t want, bool over);
+void evict_unreserve(struct faultd_region *r, size_t pages);
+bool evict_make_room(struct faultd_region *r);
 int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
 
 /* ------------------------------------------------------------------------

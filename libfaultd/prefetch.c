@@ -129,8 +129,8 @@ static void copy_populate(struct faultd_region *r, uint64_t off, size_t len,
 
 /*
  * base_run() - pages [off, off + len) of a region with a budget, claimed
- * by the caller: fill them in the page cache, map them (write-protected:
- * they are clean) and hand them to the evictor's accounting.
+ * by the caller and charged to the budget: fill them in the page cache
+ * and map them (write-protected: they are clean).
  */
 static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 {
@@ -144,6 +144,7 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 		(void)!fallocate(b->memfd,
 				 FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				 (off_t)off, (off_t)len);
+		evict_unreserve(r, len / ps);
 		for (uint64_t o = off; o < off + len; o += ps)
 			base_release(base_state(b, o), PAGE_NONE);
 		return;
@@ -157,13 +158,16 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 	for (uint64_t o = off; o < off + len; o += ps)
 		base_release(base_state(b, o), PAGE_READY);
 	stat_add_shared(r->bg_stats, ST_READAHEAD, len / ps);
-	evict_charge(r, len / ps);
 }
 
 /*
  * base_populate() - the same for a region with a budget: pages not in the
  * page cache are claimed without waiting (a page someone else holds is
- * skipped), in runs, each filled and mapped at once.
+ * skipped), in runs, each charged to the budget, filled and mapped at
+ * once. The part of a run the budget has no room for is let go: room is
+ * made holding no page (evict.c), and the rest claimed again - unless the
+ * pages in the budget cannot be written back: then the rest is left to
+ * the faults, which may go over the budget, and read-ahead may not.
  */
 static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
 			  uint64_t marker)
@@ -172,14 +176,25 @@ static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
 
 	for (uint64_t o = off; o < off + len;) {
 		uint64_t start = o;
+		size_t n, got;
 
 		while (o < off + len && o != marker &&
 		       base_trylock(base_state(r->cache, o), PAGE_NONE))
 			o += ps;
-		if (o > start)
-			base_run(r, start, o - start);
-		else
+		if (o == start) {
 			o += ps;
+			continue;
+		}
+		n = (o - start) / ps;
+		got = evict_reserve(r, n, false);
+		for (size_t i = got; i < n; i++)
+			base_release(base_state(r->cache, start + i * ps),
+				     PAGE_NONE);
+		if (got)
+			base_run(r, start, got * ps);
+		else if (evict_make_room(r))
+			return;
+		o = start + got * ps;
 	}
 }
 

@@ -1,18 +1,18 @@
 #!/bin/sh
 # stress.sh - the long run of the stress and load suites (make stress):
 # for about MINUTES minutes, the nine uffd-stress configurations of
-# tests/stress.c and the load suite's churn, each configuration given a
-# ninth of four fifths of the time and the churn a tenth, repeated until
-# the time is up. A configuration runs at most 480 s at a time (its
-# Criterion timeout is 600 s), so long runs are made of passes. Stops at
-# the first failure.
+# tests/stress.c, the budget's race of tests/file.c and the load suite's
+# churn, each configuration given a tenth of four fifths of the time and
+# the churn a tenth, repeated until the time is up. A configuration runs
+# at most 480 s at a time (its Criterion timeout is 600 s), so long runs
+# are made of passes. Stops at the first failure.
 #
 # usage: sh scripts/stress.sh BUILD_DIR MINUTES
 set -u
 build=$1
 minutes=$2
 end=$(( $(date +%s) + minutes * 60 ))
-secs=$(( minutes * 60 * 4 / 5 / 9 ))
+secs=$(( minutes * 60 * 4 / 5 / 10 ))
 churn=$(( minutes * 60 / 10 ))
 clamp() { [ "$1" -lt 1 ] && echo 1 || { [ "$1" -gt 480 ] && echo 480 || echo "$1"; }; }
 secs=$(clamp $secs)

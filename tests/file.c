@@ -770,10 +770,16 @@ Test(file, budget_eviction_keeps_every_write, .timeout = 240)
 	free(version);
 }
 
-/* A hot set survives a stream many times the budget (CLOCK, not FIFO). */
+/*
+ * A hot set survives a stream many times the budget (CLOCK, not FIFO).
+ * And the budget holds at every instant: whenever a fault returns, each
+ * page read beyond the budget came after one was evicted - however far
+ * behind the evictor thread is.
+ */
 struct counting_pager {
 	struct mem_pager m;
 	atomic_uint *fills; /* per page */
+	atomic_uint total;
 };
 
 static ssize_t counting_fill(void *arg, struct faultd_region *r,
@@ -783,13 +789,14 @@ static ssize_t counting_fill(void *arg, struct faultd_region *r,
 
 	for (uint64_t o = off; o < off + len; o += PAGE)
 		atomic_fetch_add(&c->fills[o / PAGE], 1);
+	atomic_fetch_add(&c->total, (unsigned int)(len / PAGE));
 	return mem_fill(&c->m, r, off, buf, len);
 }
 
 Test(file, clock_keeps_the_hot_set)
 {
 	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
-	size_t budget = 64, pages = 20 * budget, hot = 8;
+	size_t budget = 64, pages = 20 * budget, hot = 8, over = 0;
 	struct counting_pager c = {
 		.m = { .data = calloc(pages, PAGE) },
 		.fills = calloc(pages, sizeof(atomic_uint)),
@@ -808,18 +815,27 @@ Test(file, clock_keeps_the_hot_set)
 	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_region *r;
 	volatile char *base;
-	unsigned int hot_fills = 0;
+	unsigned int hot_fills = 0, fills = 0;
+	uint64_t evictions = 0;
 
 	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
 	base = faultd_region_base(r);
 	for (size_t pg = hot; pg < pages; pg++) {
 		(void)base[pg * PAGE];
+		/* Fills first: an eviction counted is one done. */
+		fills = atomic_load(&c.total);
+		evictions = stats_of(r).evictions;
+		over += fills > evictions + budget;
 		for (size_t h = 0; h < hot; h++)
 			(void)base[h * PAGE];
 	}
 	for (size_t h = 0; h < hot; h++)
 		hot_fills += atomic_load(&c.fills[h]);
-	cr_assert_gt(stats_of(r).evictions, pages - 2 * budget);
+	cr_assert_geq(fills, pages);
+	cr_assert_eq(over, 0,
+		     "%zu of %zu faults returned over the budget; at the "
+		     "end %u pages read, %llu evicted",
+		     over, pages - hot, fills, (unsigned long long)evictions);
 	/* FIFO would read each hot page again every ~budget pages (19x). */
 	cr_assert_lt(hot_fills, hot * 4, "hot pages read %u times", hot_fills);
 	cr_assert_eq(faultd_region_destroy(r), 0);
@@ -879,5 +895,156 @@ Test(file, budget_discard_rereads)
 	cr_assert_eq(read_all(f.base, len), 0);
 	cr_assert_eq(faultd_region_sync(f.r, 0, len), 0);
 	cr_assert_eq(stats_of(f.r).writebacks, 0, "discarded: nothing to write");
+	file_region_done(&f);
+}
+
+/* ------------------------------------------------------------------------
+ * The budget's bound, sampled from outside (suite "budget": also a stress
+ * test, FAULTD_STRESS_SECONDS long; 2 s by default)
+ */
+
+static double race_seconds(void)
+{
+	const char *s = getenv("FAULTD_STRESS_SECONDS");
+	double v = s ? atof(s) : 0;
+
+	return v > 0 ? v : 2.0;
+}
+
+/*
+ * The region's resident memory as the kernel counts it: the pages its
+ * memfd has allocated (st_blocks). RSS would count each one twice, in the
+ * region and in the library's own mapping of the memfd.
+ */
+struct sampler {
+	int memfd;
+	uint64_t limit;
+	atomic_bool stop;
+	uint64_t samples, over, peak, failed;
+};
+
+static void *sampler_main(void *arg)
+{
+	struct sampler *s = arg;
+	struct stat st;
+
+	while (!atomic_load(&s->stop)) {
+		uint64_t res;
+
+		if (fstat(s->memfd, &st) < 0) {
+			s->failed++;
+			continue;
+		}
+		res = (uint64_t)st.st_blocks * 512;
+		s->samples++;
+		s->over += res > s->limit;
+		s->peak = res > s->peak ? res : s->peak;
+		sched_yield();
+	}
+	return NULL;
+}
+
+/* Worker 0 reads the first three quarters in order (read-ahead), workers
+ * 1 and 2 at random; worker 3 reads the last quarter at random and writes
+ * what it reads back (the same bytes: dirty pages, written back when
+ * evicted). Every read is checked. */
+#define RT 4
+
+struct race_worker {
+	char *base;
+	size_t pages;
+	unsigned int id;
+	unsigned int seed;
+	uint64_t end_ns;
+	size_t bad, ops;
+};
+
+/* Write a byte of @p with what it holds: the page is dirty, and the same.
+ * Volatile, or the compiler drops the store. */
+static void rewrite_byte(char *p)
+{
+	volatile char *v = p;
+
+	*v = *v;
+}
+
+static void *race_main(void *arg)
+{
+	struct race_worker *w = arg;
+
+	size_t shared = w->pages / 4 * 3;
+
+	for (size_t op = 0; test_now_ns() < w->end_ns; op++) {
+		size_t pg = w->id == 0 ? op % shared
+			    : w->id < 3 ? (size_t)rand_r(&w->seed) % shared
+					: shared + (size_t)rand_r(&w->seed) %
+							   (w->pages - shared);
+		char *p = w->base + pg * PAGE;
+
+		w->bad += pattern_check(TAG, pg * PAGE, p, PAGE);
+		if (w->id == 3)
+			rewrite_byte(p);
+		w->ops++;
+	}
+	return NULL;
+}
+
+/*
+ * Four threads fault over a file region sixteen times its 4 MiB budget,
+ * served by four handler threads, while another samples the region's
+ * resident memory as often as it can: no sample may exceed the budget
+ * (faultd_region_create(3): the bound holds at every instant). First the
+ * test's thread rewrites twice the budget's worth of pages with the bytes
+ * they hold, so that at least a budget's worth of dirty pages is written
+ * back however fast the others go.
+ */
+Test(budget, resident_memory_never_exceeds_the_budget, .timeout = 600)
+{
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
+	size_t len = 64 * MIB, budget = 4 * MIB;
+	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP,
+					.budget = budget,
+					.handler_threads = 4 };
+	struct file_region f = file_region(len, len, &o);
+	struct sampler smp = { .memfd = faultd_region_memfd(f.r),
+			       .limit = budget };
+	uint64_t end = test_now_ns() + (uint64_t)(race_seconds() * 1e9);
+	struct race_worker w[RT];
+	pthread_t t[RT], ts;
+	struct faultd_stats s;
+
+	cr_assert_geq(smp.memfd, 0);
+	cr_assert_eq(pthread_create(&ts, NULL, sampler_main, &smp), 0);
+	for (size_t off = 0; off < 2 * budget; off += PAGE)
+		rewrite_byte(f.base + off);
+	for (unsigned int i = 0; i < RT; i++) {
+		w[i] = (struct race_worker){ f.base, len / PAGE, i, 7 * i + 3,
+					     end, 0, 0 };
+		cr_assert_eq(pthread_create(&t[i], NULL, race_main, &w[i]), 0);
+	}
+	for (unsigned int i = 0; i < RT; i++)
+		pthread_join(t[i], NULL);
+	atomic_store(&smp.stop, true);
+	pthread_join(ts, NULL);
+	for (unsigned int i = 0; i < RT; i++)
+		cr_assert_eq(w[i].bad, 0, "worker %u: %zu bad words", i,
+			     w[i].bad);
+	cr_log_info("%llu samples, %llu over the budget; peak %llu of %zu "
+		    "bytes", (unsigned long long)smp.samples,
+		    (unsigned long long)smp.over,
+		    (unsigned long long)smp.peak, budget);
+	cr_assert_eq(smp.failed, 0);
+	cr_assert_gt(smp.samples, 1000, "%llu samples",
+		     (unsigned long long)smp.samples);
+	cr_assert_eq(smp.over, 0,
+		     "%llu of %llu samples over the budget of %zu bytes; "
+		     "peak %llu bytes",
+		     (unsigned long long)smp.over,
+		     (unsigned long long)smp.samples, budget,
+		     (unsigned long long)smp.peak);
+	s = stats_of(f.r);
+	cr_assert_geq(s.writebacks, budget / PAGE, "%llu pages written back",
+		      (unsigned long long)s.writebacks);
+	cr_assert_eq(s.poisoned, 0);
 	file_region_done(&f);
 }
