@@ -322,50 +322,132 @@ static void fault_readahead(struct fault *f, uint64_t end)
 }
 
 /*
- * pager_fault_around() - fill the window around the faulting page from
- * the pager in one call and map it in one ioctl. Returns whether the
- * faulting page is resolved; if not (a pager error, a present page in the
- * window), the caller resolves it alone.
+ * fault_claim() - claim the pages of the faulting page's fault-around
+ * window (or the page alone) that no one else fills (fill.c); if the
+ * faulting page is missing, only the run of missing pages around it is
+ * kept. Returns false if another handler or a prefetch worker fills it.
  */
-static bool pager_fault_around(struct fault *f, void *buf)
+static bool fault_claim(struct fault *f, struct fill_span *sp)
 {
-	uintptr_t start;
-	size_t len = fault_window(f, &start);
-	ssize_t n = fault_fill(f, f->r->pager, start - f->r->base, buf, len);
+	uintptr_t start = f->addr;
+	size_t len = f->len;
+	uint64_t s;
 
-	if (n < 0)
+	if (fault_around_ok(f))
+		len = fault_window(f, &start);
+	if (!fill_claim(f->r, f->off, start - f->r->base,
+			start - f->r->base + len, sp))
 		return false;
-	if ((size_t)n < len)
-		faultd_clear((char *)buf + n, len - (size_t)n);
-	fault_commit(f, ST_PAGER_FILLS);
-	if (!fault_around(f, buf, start, len))
-		return false;
-	fault_readahead(f, start + len - f->r->base);
+	if (fill_missing(f->r, sp, f->off)) {
+		len = fill_run_around(f->r, sp, f->off, &s);
+		fill_trim(f->r, sp, s, len);
+	}
 	return true;
 }
 
-/* do_pager_fault() - a missing page whose content comes from the pager. */
-static int do_pager_fault(struct fault *f)
+/*
+ * fault_install() - map the claimed run [s, s + len) from @buf, the
+ * faulting page among them; the others count as fault-around (before the
+ * ioctl that wakes the thread, as fault_commit()). A window the ioctl
+ * fails is given up for the faulting page alone. Returns as fault_finish()
+ * does for the faulting page, after a poison if need be; *done: every
+ * page of the run is in.
+ */
+static int fault_install(struct fault *f, uint64_t s, const void *buf,
+			 size_t len, bool *done)
 {
-	void *buf = f->h->staging;
-	ssize_t n;
+	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
+	uint64_t extra = len / f->len - 1, got;
+	struct fill_result res;
+	bool covered;
+	int err;
+
+	stat_add(f->st, ST_AROUND, extra);
+	err = fill_copy(f->r, s, buf, len, mode, f->off, &res);
+	*done = res.done == len;
+	covered = res.done > f->off - s;
+	got = res.installed / f->len - (covered && !res.watch_present);
+	/* Only this thread writes the counter. */
+	stat_add(f->st, ST_AROUND, got - extra);
+	if (covered && res.watch_present) {
+		stat_inc(f->st, ST_EEXIST);
+		return fault_wake(f);
+	}
+	if (covered)
+		return 0;
+	if (len > f->len && uffd_classify(err) == UFFD_FAILED)
+		return fault_copy(f, (const char *)buf + (f->off - s));
+	err = fault_finish(f, err);
+	return err < 0 ? fault_poison(f, err) : err;
+}
+
+/*
+ * fault_fill_span() - fill the claimed run (the faulting page in it) from
+ * the pager in one call and map it; a window the pager fails is given up
+ * for the faulting page alone. *done: every page of the run is in.
+ */
+static int fault_fill_span(struct fault *f, const struct fill_span *sp,
+			   char *buf, bool *done)
+{
+	uint64_t s = sp->start;
+	size_t len = sp->end - s;
+	ssize_t n = fault_fill(f, f->r->pager, s, buf, len);
+	bool whole = true;
 	int ret;
 
-	ret = fault_can_call_pager(f, f->r->pager);
-	if (ret)
-		return ret;
-	if (fault_around_ok(f) && pager_fault_around(f, buf))
-		return 0;
-	n = fault_fill(f, f->r->pager, f->off, buf, f->len);
+	*done = false;
+	if (n < 0 && len > f->len) {
+		s = f->off;
+		len = f->len;
+		whole = false;
+		n = fault_fill(f, f->r->pager, s, buf, len);
+	}
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
 		return fault_poison(f, (int)n);
 	}
-	if ((size_t)n < f->len)
-		faultd_clear((char *)buf + n, f->len - (size_t)n);
-	ret = fault_copy(f, buf);
-	fault_readahead(f, f->off + f->len);
+	if ((size_t)n < len)
+		faultd_clear(buf + n, len - (size_t)n);
+	if (fault_around_ok(f)) {
+		ret = fault_install(f, s, buf, len, done);
+	} else {
+		ret = fault_copy(f, buf);
+		*done = !ret;
+	}
+	*done &= whole;
+	return ret;
+}
+
+/*
+ * do_pager_fault() - a missing page whose content comes from the pager,
+ * with the missing pages around it in its fault-around window, each read
+ * once: a page another filler has claimed is left to it (its copy wakes
+ * the thread), and one found present only needs a wake.
+ */
+static int do_pager_fault(struct fault *f)
+{
+	uint64_t end = f->off + f->len;
+	struct fill_span sp;
+	bool done = false;
+	int ret;
+
+	ret = fault_can_call_pager(f, f->r->pager);
+	if (ret)
+		return ret;
+	if (!fault_claim(f, &sp)) {
+		fault_commit(f, ST_NR);
+		stat_inc(f->st, ST_EEXIST);
+	} else if (!fill_missing(f->r, &sp, f->off)) {
+		fault_commit(f, ST_NR);
+		stat_inc(f->st, ST_EEXIST);
+		fill_release(f->r, &sp, true); /* the wake of an EEXIST */
+	} else {
+		ret = fault_fill_span(f, &sp, f->h->staging, &done);
+		fill_release(f->r, &sp, !done);
+		end = sp.end;
+	}
+	fault_readahead(f, end);
 	return ret;
 }
 

@@ -235,6 +235,38 @@ Test(file, fault_around_and_readahead_counters)
 		     (unsigned long long)both.eexist);
 }
 
+/* The context's counters, once @f's region is destroyed (all in). */
+static struct faultd_stats destroyed_stats(struct file_region *f)
+{
+	struct faultd_stats s = { .size = sizeof(s) };
+
+	cr_assert_eq(faultd_region_destroy(f->r), 0);
+	cr_assert_eq(faultd_ctx_stats(f->ctx, &s), 0);
+	faultd_ctx_destroy(f->ctx);
+	close(f->fd);
+	return s;
+}
+
+/*
+ * A sequential pass reads each page from the pager once, with the
+ * defaults (fault-around and read-ahead) and two handler threads: the
+ * faults' windows, the read-ahead workers and the other handler never
+ * read a page one of them reads or has mapped. Exact, however they race.
+ */
+Test(file, sequential_pass_reads_each_page_once)
+{
+	size_t len = 64 * MIB;
+	struct faultd_region_opts o = { .handler_threads = 2 };
+	struct file_region f = file_region(len, len, &o);
+	struct faultd_stats s;
+
+	cr_assert_eq(read_all(f.base, len), 0);
+	s = destroyed_stats(&f);
+	cr_assert_gt(s.readahead, 0);
+	cr_assert_eq(s.bytes_read, len, "%llu bytes read for %zu mapped",
+		     (unsigned long long)s.bytes_read, len);
+}
+
 /* The region's part past the end of the file reads as zeros. */
 Test(file, eof_tail_is_zero)
 {
@@ -386,6 +418,30 @@ Test(file, prefetch_skips_present_pages)
 	cr_assert_eq(stats_of(f.r).readahead, len / PAGE - 1);
 	cr_assert_eq(pattern_check(TAG, 0, f.base, 3 * PAGE), 0);
 	file_region_done(&f);
+}
+
+/*
+ * A fault-around window with a page present (prefetched) reads only its
+ * missing pages: the run before the present page for the fault at the
+ * window's start, the run after it for the next fault.
+ */
+Test(file, partly_present_window_reads_only_missing_pages)
+{
+	size_t len = 4 * MIB, win = 16, windows = len / PAGE / win;
+	struct faultd_region_opts o = { .readahead_max = FAULTD_READAHEAD_OFF };
+	struct file_region f = file_region(len, len, &o);
+	struct faultd_stats s;
+
+	for (size_t pg = 5; pg < len / PAGE; pg += win)
+		cr_assert_eq(faultd_region_prefetch(f.r, pg * PAGE, PAGE), 0);
+	cr_assert_eq(faultd_region_prefetch_wait(f.r), 0);
+	cr_assert_eq(read_all(f.base, len), 0);
+	s = destroyed_stats(&f);
+	cr_assert_eq(s.bytes_read, len, "%llu bytes read for %zu mapped",
+		     (unsigned long long)s.bytes_read, len);
+	cr_assert_eq(s.readahead, windows);
+	cr_assert_eq(s.faults, 2 * windows, "faults %llu",
+		     (unsigned long long)s.faults);
 }
 
 /* ------------------------------------------------------------------------
