@@ -70,6 +70,16 @@ struct results {
 	unsigned int rounds;
 };
 
+/*
+ * A metric a variant does not measure is NaN in its samples (in every
+ * round alike): it gets no line, and no ratio.
+ */
+static bool measured(const struct results *res, unsigned int v,
+		     unsigned int m)
+{
+	return !isnan(res->s[1][v].value[m]);
+}
+
 static void print_metric(const struct scenario *sc, const struct bench_opts *o,
 			 const struct results *res, unsigned int v,
 			 unsigned int m)
@@ -77,6 +87,8 @@ static void print_metric(const struct scenario *sc, const struct bench_opts *o,
 	double vals[MAX_ROUNDS], lo = INFINITY, hi = -INFINITY, med;
 	unsigned int n = res->rounds;
 
+	if (!measured(res, v, m))
+		return;
 	for (unsigned int r = 0; r < n; r++) {
 		vals[r] = res->s[r + 1][v].value[m];
 		lo = fmin(lo, vals[r]);
@@ -90,7 +102,7 @@ static void print_metric(const struct scenario *sc, const struct bench_opts *o,
 		       sc->name, sc->variants[v], sc->metrics[m], med, lo, hi,
 		       n);
 	else
-		printf("  %-20s %-22s %12.6g  (min %.6g, max %.6g)\n",
+		printf("  %-20s %-26s %12.6g  (min %.6g, max %.6g)\n",
 		       sc->variants[v], sc->metrics[m], med, lo, hi);
 }
 
@@ -118,6 +130,9 @@ static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
 	const char *den_name = q->den == RATIO_BEST ? "best"
 						    : sc->variants[q->den];
 
+	if (!measured(res, q->num, m) ||
+	    (q->den != RATIO_BEST && !measured(res, q->den, m)))
+		return;
 	for (unsigned int r = 0; r < n; r++) {
 		double den = ratio_den(sc, res->s[r + 1], q, m);
 

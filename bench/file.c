@@ -5,32 +5,54 @@
  *
  * One file of --size MiB (default 256) on the file system of /var/tmp.
  * Each round maps it afresh and reads it sequentially (every cache line of
- * every page, summed) and at random (one word of each of 16384 random
- * pages), first with the file in the page cache (warm) and then after
- * posix_fadvise(DONTNEED) dropped it (cold). Variants:
+ * every page, summed) and at random (one word of each of as many random
+ * pages as half the file has, at least 16384: more pages than the budget
+ * variant may keep), first with the file in the page cache (warm) and then
+ * after posix_fadvise(DONTNEED) dropped it (cold). Variants:
  *   mmap          the kernel: mmap(MAP_SHARED) of the file
  *   faultd        file pager, 64 KiB fault-around, read-ahead to 2 MiB
  *   faultd-nofa   file pager, fault-around and read-ahead off
  *   faultd-budget file pager with a budget of a quarter of the file
  *                 (read-ahead on; a budget has no fault-around)
  * Metrics: GB/s of the sequential reads, thousands of random page reads
- * per second, and the faults taken per MiB of the warm sequential read
- * (the kernel's minor+major faults from getrusage for mmap).
+ * per second, the faults taken per MiB of the warm sequential read (the
+ * kernel's minor+major faults from getrusage for mmap), and for the faultd
+ * variants read_amplification: the bytes the pager read in the warm
+ * sequential pass over the bytes mapped (the file's length).
+ * peak_resident_over_budget, for the budget variant: the most memory its
+ * region held at any sample of all four passes over the budget. It is
+ * sampled from another thread every 100 us as the pages its memfd has
+ * allocated (fstat's st_blocks), outside the library's own accounting;
+ * RSS would count each page twice (the region and the library's alias).
+ * A metric a variant does not measure is NaN, and not reported.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 
 enum { V_MMAP, V_FAULTD, V_NOFA, V_BUDGET };
-enum { M_SEQ_WARM, M_SEQ_COLD, M_RAND_WARM, M_RAND_COLD, M_FAULTS };
+enum { M_SEQ_WARM, M_SEQ_COLD, M_RAND_WARM, M_RAND_COLD, M_FAULTS,
+       M_AMPLIFICATION, M_PEAK };
 
-#define RAND_READS 16384
+#define RAND_READS_MIN 16384
+
+/* Random reads per pass: half the file's pages, at least RAND_READS_MIN. */
+static unsigned int rand_reads(size_t len)
+{
+	size_t n = len / 4096 / 2;
+
+	return n > RAND_READS_MIN ? (unsigned int)n : RAND_READS_MIN;
+}
 
 static int bench_fd = -1;
 static size_t bench_len;
@@ -111,7 +133,7 @@ static int view_open(unsigned int v, int fd, size_t len, struct view *w)
 		ro.readahead_max = FAULTD_READAHEAD_OFF;
 	} else if (v == V_BUDGET) {
 		ro.flags = FAULTD_REGION_WP;
-		ro.budget = len / 4;
+		ro.budget = len / 4; /* the peak's denominator: file_run() */
 	}
 	ret = faultd_region_create(w->ctx, &ro, &w->r);
 	if (ret < 0) {
@@ -147,13 +169,52 @@ static uint64_t rand_read(const char *p, size_t len)
 {
 	uint64_t sum = 0, x = 88172645463325252ull;
 
-	for (unsigned int i = 0; i < RAND_READS; i++) {
+	for (unsigned int i = 0; i < rand_reads(len); i++) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
 		sum += *(const volatile uint64_t *)(p + (x % (len / 4096)) * 4096);
 	}
 	return sum;
+}
+
+/* The resident memory of a budget variant's region: see the header. */
+struct resident_sampler {
+	pthread_t thread;
+	int fd;
+	atomic_bool stop;
+	uint64_t peak; /* bytes */
+};
+
+static void *sampler_main(void *arg)
+{
+	struct resident_sampler *s = arg;
+	const struct timespec period = { 0, 100 * 1000 };
+	struct stat st;
+
+	while (!atomic_load(&s->stop)) {
+		if (fstat(s->fd, &st) == 0 &&
+		    (uint64_t)st.st_blocks * 512 > s->peak)
+			s->peak = (uint64_t)st.st_blocks * 512;
+		nanosleep(&period, NULL);
+	}
+	return NULL;
+}
+
+static int sampler_start(struct resident_sampler *s, struct faultd_region *r)
+{
+	memset(s, 0, sizeof(*s));
+	s->fd = faultd_region_memfd(r);
+	if (s->fd < 0)
+		return s->fd;
+	return -pthread_create(&s->thread, NULL, sampler_main, s);
+}
+
+static uint64_t sampler_stop(struct resident_sampler *s)
+{
+	atomic_store(&s->stop, true);
+	pthread_join(s->thread, NULL);
+	return s->peak;
 }
 
 static long faults_now(void)
@@ -167,10 +228,12 @@ static long faults_now(void)
 /*
  * One timed pass over a fresh view. Returns the seconds it took, or a
  * negative errno; the sum checks that every sequential read saw the file.
+ * The budget variant's peak resident memory goes to *peak (bytes).
  */
 static double pass(unsigned int v, int fd, size_t len, bool seq, bool warm,
-		   double *faults, struct sample *out)
+		   double *faults, struct sample *out, uint64_t *peak)
 {
+	struct resident_sampler smp;
 	struct view w;
 	uint64_t sum, want = 0;
 	long f0;
@@ -181,12 +244,21 @@ static double pass(unsigned int v, int fd, size_t len, bool seq, bool warm,
 	ret = view_open(v, fd, len, &w);
 	if (ret < 0)
 		return ret;
+	if (v == V_BUDGET && (ret = sampler_start(&smp, w.r)) < 0) {
+		view_close(&w, len, NULL);
+		return ret;
+	}
 	f0 = faults_now();
 	t0 = bench_now();
 	sum = seq ? seq_read(w.base, len) : rand_read(w.base, len);
 	t = bench_now() - t0;
 	if (faults)
 		*faults = (double)(faults_now() - f0);
+	if (v == V_BUDGET) {
+		uint64_t p = sampler_stop(&smp);
+
+		*peak = p > *peak ? p : *peak;
+	}
 	view_close(&w, len, out);
 	/* The word at byte X of the file holds X (file_get()). */
 	for (size_t off = 0; off < len; off += 64)
@@ -201,25 +273,30 @@ static int file_run(const struct bench_opts *o, unsigned int v,
 {
 	size_t len = o->size_mib << 20;
 	double t[4], kfaults = 0;
+	uint64_t peak = 0;
 	int fd = file_get(len);
 
 	if (fd < 0)
 		return fd;
 	t[M_SEQ_WARM] = pass(v, fd, len, true, true, &kfaults,
-			     v == V_MMAP ? NULL : out);
-	t[M_SEQ_COLD] = pass(v, fd, len, true, false, NULL, NULL);
-	t[M_RAND_WARM] = pass(v, fd, len, false, true, NULL, NULL);
-	t[M_RAND_COLD] = pass(v, fd, len, false, false, NULL, NULL);
+			     v == V_MMAP ? NULL : out, &peak);
+	t[M_SEQ_COLD] = pass(v, fd, len, true, false, NULL, NULL, &peak);
+	t[M_RAND_WARM] = pass(v, fd, len, false, true, NULL, NULL, &peak);
+	t[M_RAND_COLD] = pass(v, fd, len, false, false, NULL, NULL, &peak);
 	for (int i = 0; i < 4; i++)
 		if (t[i] < 0)
 			return (int)t[i];
 	out->value[M_SEQ_WARM] = (double)len / t[M_SEQ_WARM] / 1e9;
 	out->value[M_SEQ_COLD] = (double)len / t[M_SEQ_COLD] / 1e9;
-	out->value[M_RAND_WARM] = RAND_READS / t[M_RAND_WARM] / 1e3;
-	out->value[M_RAND_COLD] = RAND_READS / t[M_RAND_COLD] / 1e3;
+	out->value[M_RAND_WARM] = rand_reads(len) / t[M_RAND_WARM] / 1e3;
+	out->value[M_RAND_COLD] = rand_reads(len) / t[M_RAND_COLD] / 1e3;
 	out->value[M_FAULTS] = (v == V_MMAP ? kfaults
 					    : (double)out->stats.faults) /
 			       (double)o->size_mib;
+	out->value[M_AMPLIFICATION] =
+		v == V_MMAP ? NAN : (double)out->stats.bytes_read / (double)len;
+	out->value[M_PEAK] = v == V_BUDGET ? (double)peak / (double)(len / 4)
+					   : NAN;
 	return 0;
 }
 
@@ -229,8 +306,9 @@ const struct scenario scenario_file = {
 		"warm and cold, against mmap",
 	.metrics = { "seq_warm_gb_per_s", "seq_cold_gb_per_s",
 		     "rand_warm_kreads_per_s", "rand_cold_kreads_per_s",
-		     "faults_per_mib_seq" },
-	.nmetrics = 5,
+		     "faults_per_mib_seq", "read_amplification",
+		     "peak_resident_over_budget" },
+	.nmetrics = 7,
 	.variants = { "mmap", "faultd", "faultd-nofa", "faultd-budget" },
 	.nvariants = 4,
 	.ratios = { { V_FAULTD, V_MMAP }, { V_NOFA, V_MMAP },

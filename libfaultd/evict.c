@@ -7,8 +7,18 @@
  * pages are prepared in the page cache and mapped with UFFDIO_CONTINUE,
  * always write-protected, so the first write to each is a write-protect
  * fault that marks it dirty (dirty.c). "Resident" means in the page
- * cache; the fault path and the prefetch workers charge each page they
- * bring in, and past the budget they wake the region's evictor thread.
+ * cache: the pages the memfd has allocated.
+ *
+ * The budget is a limit, not a target. The fault path and the prefetch
+ * workers charge a page to it (evict_reserve()) before they bring it into
+ * the page cache, and only as far as it fits; pages leave the count only
+ * once they have left the page cache. So the count, and with it what the
+ * memfd holds, never exceeds the budget, at any instant. A thread that
+ * finds it full makes room itself (evict_make_room(), the kernel's direct
+ * reclaim: it evicts a batch, or waits while another thread evicts) and
+ * charges again. To keep faults from waiting for that, the evictor thread
+ * is woken halfway from budget_low to the budget, and evicts down to
+ * budget_low.
  *
  * CLOCK (second chance): a page is "used" when it is mapped - by a fault,
  * or a prefetch - which sets its bit in ref. The hand sweeps the pages in
@@ -29,13 +39,15 @@
  * taken is retried by the writer after the eviction, on a page read again.
  *
  * Lock order: region->lock (read) > ev->lock > dirty_lock. ev->lock makes
- * the evictor, faultd_region_sync() and discards of the region take turns;
- * a fault path that is far over budget evicts itself only if it gets the
- * lock at once. Nothing waits for a page (BUSY) while it holds one, except
- * sync and discard, which hold ev->lock - so no evictor holds one then.
+ * the evictor thread, the threads that make room, faultd_region_sync() and
+ * discards of the region take turns. Nothing waits for a page (BUSY) while
+ * it holds one, except sync and discard, which hold ev->lock - so no
+ * evictor holds one then; and a thread that makes room holds no page while
+ * it waits for ev->lock.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,14 +58,21 @@
 #define WRITEBACK_MAX (4ul << 20)	/* bytes per writeback() call */
 
 struct evict {
-	size_t high, low, hard;	/* pages: wake the thread, stop, evict now */
-	atomic_size_t resident;	/* pages in the page cache */
+	size_t high;		/* pages: the budget, never exceeded */
+	size_t low;		/* the evictor thread stops there */
+	size_t wake;		/* the evictor thread is woken past it */
+	size_t batch;		/* what a thread that makes room evicts */
+	/* Pages in the page cache, and those charged to come in: a page is
+	 * added before it comes in, subtracted once it has gone. */
+	atomic_size_t resident;
 	_Atomic uint64_t *ref;	/* a bit per page: used since the hand passed */
 	size_t ref_words;
 
 	atomic_size_t maps;	/* pages mapped so far: the application's pace */
 	pthread_mutex_t lock;	/* eviction, sync and discard take turns */
 	size_t hand;		/* page index, under lock */
+	size_t kept;		/* under lock: victims of the last run that
+				   stayed (write-back or punch failed) */
 	size_t wrap_maps;	/* maps when the hand last passed page 0 */
 	uint64_t victims[EVICT_BATCH];	/* page offsets, under lock */
 	bool dirty[EVICT_BATCH];
@@ -187,9 +206,10 @@ static bool evict_writeback(struct faultd_region *r, struct evict *ev,
 /*
  * evict_batch() - evict the @n victims the caller took (BUSY): unmap,
  * take their dirty bits, write the dirty ones back, then drop them. A run
- * whose write-back fails stays, dirty.
+ * whose write-back fails stays, dirty (counted in ev->kept, as pages that
+ * cannot be punched). Returns the pages evicted.
  */
-static void evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
+static size_t evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 {
 	size_t ps = r->page_size, gone = 0;
 
@@ -208,8 +228,11 @@ static void evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 		}
 		gone += drop_run(r, ev->victims[i], (j - i) * ps);
 	}
-	atomic_fetch_sub(&ev->resident, gone);
+	ev->kept += n - gone;
+	/* Counted first: who takes the room sees the evictions that made it. */
 	stat_add_shared(r->bg_stats, ST_EVICTIONS, gone);
+	atomic_fetch_sub(&ev->resident, gone);
+	return gone;
 }
 
 /* Clear the page's used bit; returns whether it was set. */
@@ -224,44 +247,53 @@ static bool ref_test_clear(struct evict *ev, size_t pg)
  * The hand starts a new round only once the application has mapped pages
  * since it started the last one: a page whose bit it cleared must have had
  * the time to be used again before it comes back, or CLOCK degrades to
- * FIFO (rounds that clear every bit and then evict everything).
+ * FIFO (rounds that clear every bit and then evict everything). A thread
+ * that needs room (@force) does not wait for that.
  */
-static bool clock_may_wrap(struct evict *ev)
+static bool clock_may_wrap(struct evict *ev, bool force)
 {
 	size_t maps = atomic_load(&ev->maps);
 
-	if (maps - ev->wrap_maps < ev->high - ev->low)
+	if (!force && maps - ev->wrap_maps < ev->high - ev->low)
 		return false;
 	ev->wrap_maps = maps;
 	return true;
 }
 
+/* How clock_scan() goes. */
+struct clock_pass {
+	size_t steps;	  /* pages the hand may still pass */
+	size_t blind;	  /* with fewer steps left, use is ignored */
+	size_t max;	  /* victims wanted, up to EVICT_BATCH */
+	bool force;	  /* a thread needs room: see clock_may_wrap() */
+};
+
 /*
- * clock_scan() - move the hand over up to *steps pages: used pages get a
- * second chance (bit cleared, mapping zapped), the others are taken as
- * victims, up to EVICT_BATCH. Returns the number of victims.
+ * clock_scan() - move the hand over up to c->steps pages: used pages get
+ * a second chance (bit cleared, mapping zapped), the others are taken as
+ * victims, up to c->max. Returns the number of victims.
  */
 static size_t clock_scan(struct faultd_region *r, struct evict *ev,
-			 size_t nr, size_t *steps)
+			 size_t nr, struct clock_pass *c)
 {
 	size_t n = 0, zap_first = 0, zap_n = 0;
 
-	while (n < EVICT_BATCH && *steps) {
+	while (n < c->max && c->steps) {
 		size_t pg = ev->hand;
 		struct page_state *s;
 		int32_t v;
 
-		if (!pg && !clock_may_wrap(ev)) {
-			*steps = 0;
+		if (!pg && !clock_may_wrap(ev, c->force)) {
+			c->steps = 0;
 			break;
 		}
 		s = state(r, pg * r->page_size);
 		v = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 		ev->hand = pg + 1 < nr ? pg + 1 : 0;
-		(*steps)--;
+		c->steps--;
 		if (v != PAGE_READY && v != PAGE_STALE)
 			continue;
-		if (ref_test_clear(ev, pg)) {
+		if (ref_test_clear(ev, pg) && c->steps >= c->blind) {
 			if (zap_first + zap_n != pg) {
 				zap(r, zap_first, zap_n);
 				zap_first = pg;
@@ -278,26 +310,39 @@ static size_t clock_scan(struct faultd_region *r, struct evict *ev,
 }
 
 /*
- * evict_run() - evict until at most @target pages are resident, or the
- * hand has gone round once, or may not start a new round yet
- * (clock_may_wrap()). What is left is for the next charge.
+ * evict_run() - evict until at most @target pages are resident. The
+ * evictor thread stops when the hand has gone round once, or may not
+ * start a new round yet (clock_may_wrap()): what is left is for its next
+ * kick. A thread that needs room (@force) goes round up to three times:
+ * the second round evicts what the first gave a second chance, the third
+ * ignores use - so that it finds room whenever a page is not held, even
+ * if the application uses every page faster than the hand passes.
+ * Returns the pages evicted.
  * Context: ev->lock held; the caller keeps the region from changing (its
  * lock, or the context lock, held for reading).
  */
-static void evict_run(struct faultd_region *r, size_t target)
+static size_t evict_run(struct faultd_region *r, size_t target, bool force)
 {
 	struct evict *ev = r->ev;
-	size_t nr = atomic_load(&r->len) / r->page_size;
-	size_t steps = nr;
+	size_t nr = atomic_load(&r->len) / r->page_size, done = 0;
+	struct clock_pass c = { .steps = force ? 3 * nr : nr,
+				.blind = force ? nr : 0,
+				.force = force };
 
 	if (ev->hand >= nr)
 		ev->hand = 0;
-	while (atomic_load(&ev->resident) > target && steps) {
-		size_t n = clock_scan(r, ev, nr, &steps);
+	ev->kept = 0;
+	while (c.steps) {
+		size_t res = atomic_load(&ev->resident), n;
 
+		if (res <= target)
+			break;
+		c.max = res - target < EVICT_BATCH ? res - target : EVICT_BATCH;
+		n = clock_scan(r, ev, nr, &c);
 		if (n)
-			evict_batch(r, ev, n);
+			done += evict_batch(r, ev, n);
 	}
+	return done;
 }
 
 /* ------------------------------------------------------------------------
@@ -320,7 +365,7 @@ static void *evictor_main(void *arg)
 		pthread_rwlock_rdlock(&r->lock);
 		pthread_mutex_lock(&ev->lock);
 		if (!r->dead)
-			evict_run(r, ev->low);
+			evict_run(r, ev->low, false);
 		pthread_mutex_unlock(&ev->lock);
 		pthread_rwlock_unlock(&r->lock);
 		atomic_store(&ev->kick_pending, false);
@@ -339,24 +384,63 @@ static void evictor_kick(struct evict *ev)
 }
 
 /*
- * evict_charge() - @pages more are in the page cache. Past the budget the
- * evictor is woken; far past it (it cannot keep up), the caller evicts
- * down to the budget itself if no one else is evicting - the kernel's
- * direct reclaim.
+ * evict_reserve() - charge up to @want pages that are about to come into
+ * the page cache to the budget, as many as fit, or all of them @over it
+ * (when evict_make_room() said so). Returns how many: 0 when the budget
+ * is full (evict_make_room(), then try again). Past ev->wake the evictor
+ * thread is woken.
  * Context: the fault path or a prefetch worker, holding the region.
  */
-void evict_charge(struct faultd_region *r, size_t pages)
+size_t evict_reserve(struct faultd_region *r, size_t want, bool over)
 {
 	struct evict *ev = r->ev;
-	size_t res = atomic_fetch_add(&ev->resident, pages) + pages;
+	size_t res = atomic_load(&ev->resident), n;
 
-	if (res <= ev->high)
-		return;
-	evictor_kick(ev);
-	if (res > ev->hard && !pthread_mutex_trylock(&ev->lock)) {
-		evict_run(r, ev->high);
-		pthread_mutex_unlock(&ev->lock);
+	do {
+		n = res < ev->high ? ev->high - res : 0;
+		n = n < want && !over ? n : want;
+	} while (n && !atomic_compare_exchange_weak(&ev->resident, &res,
+						     res + n));
+	if (res + n > ev->wake)
+		evictor_kick(ev);
+	return n;
+}
+
+/* evict_unreserve() - @pages charged by evict_reserve() never came in. */
+void evict_unreserve(struct faultd_region *r, size_t pages)
+{
+	atomic_fetch_sub(&r->ev->resident, pages);
+}
+
+/*
+ * evict_make_room() - the budget was full: evict a batch (down to
+ * ev->batch below the budget), or, if the evictor thread is at work, wait
+ * for it and see. When nothing could be evicted because every page in the
+ * page cache is held - by threads that bring it in or map it, and will let
+ * go - the caller yields to them before it tries again.
+ * Returns true when nothing could be evicted because pages failed to go
+ * (their write-back failed: they stay, dirty): then the caller may charge
+ * its pages over the budget (evict_reserve()) - the budget never costs a
+ * write, and no fault waits for a device that may never come back.
+ * Context: the fault path or a prefetch worker, holding the region but no
+ * page (none is held while waiting for ev->lock: see the lock order).
+ */
+bool evict_make_room(struct faultd_region *r)
+{
+	struct evict *ev = r->ev;
+	size_t evicted = 0, kept = 0;
+	bool full;
+
+	pthread_mutex_lock(&ev->lock);
+	full = atomic_load(&ev->resident) >= ev->high;
+	if (full) {
+		evicted = evict_run(r, ev->high - ev->batch, true);
+		kept = ev->kept;
 	}
+	pthread_mutex_unlock(&ev->lock);
+	if (full && !evicted && !kept)
+		sched_yield();
+	return full && !evicted && kept;
 }
 
 /* evict_mapped() - [off, off + len) was mapped: it is used. */
@@ -397,7 +481,9 @@ int evict_setup(struct faultd_region *r, const struct faultd_region_opts *o)
 	}
 	ev->high = o->budget / ps;
 	ev->low = o->budget_low ? o->budget_low / ps : ev->high / 8 * 7;
-	ev->hard = ev->high + (ev->high - ev->low);
+	ev->wake = ev->low + (ev->high - ev->low) / 2;
+	ev->batch = ev->high - ev->wake < EVICT_BATCH ? ev->high - ev->wake
+						      : EVICT_BATCH;
 	pthread_mutex_init(&ev->lock, NULL);
 	pthread_mutex_init(&ev->wait_lock, NULL);
 	pthread_cond_init(&ev->wait_cond, NULL);

@@ -358,50 +358,134 @@ static void fault_readahead(struct fault *f, uint64_t end)
 }
 
 /*
- * pager_fault_around() - fill the window around the faulting page from
- * the pager in one call and map it in one ioctl. Returns whether the
- * faulting page is resolved; if not (a pager error, a present page in the
- * window), the caller resolves it alone.
+ * fault_claim() - claim the pages of the faulting page's fault-around
+ * window (or the page alone) that no one else fills (fill.c); if the
+ * faulting page is missing, only the run of missing pages around it is
+ * kept. Returns false if another handler or a prefetch worker fills it.
  */
-static bool pager_fault_around(struct fault *f, void *buf)
+static bool fault_claim(struct fault *f, struct fill_span *sp)
 {
-	uintptr_t start;
-	size_t len = fault_window(f, &start);
-	ssize_t n = fault_fill(f, f->r->pager, start - f->r->base, buf, len);
+	uintptr_t start = f->addr;
+	size_t len = f->len;
+	uint64_t s;
 
-	if (n < 0)
+	if (fault_around_ok(f))
+		len = fault_window(f, &start);
+	if (!fill_claim(f->r, f->off, start - f->r->base,
+			start - f->r->base + len, sp))
 		return false;
-	if ((size_t)n < len)
-		faultd_clear((char *)buf + n, len - (size_t)n);
-	fault_commit(f, ST_PAGER_FILLS);
-	if (!fault_around(f, buf, start, len))
-		return false;
-	fault_readahead(f, start + len - f->r->base);
+	if (fill_missing(f->r, sp, f->off)) {
+		len = fill_run_around(f->r, sp, f->off, &s);
+		fill_trim(f->r, sp, s, len);
+	}
 	return true;
 }
 
-/* do_pager_fault() - a missing page whose content comes from the pager. */
-static int do_pager_fault(struct fault *f)
+/*
+ * fault_install() - map the claimed run [s, s + len) from @buf, the
+ * faulting page among them; the others count as fault-around (before the
+ * ioctl that wakes the thread, as fault_commit()). A window the ioctl
+ * fails is given up for the faulting page alone. Returns as fault_finish()
+ * does for the faulting page, after a poison if need be; *done: every
+ * page of the run is in.
+ */
+static int fault_install(struct fault *f, uint64_t s, const void *buf,
+			 size_t len, bool *done)
 {
-	void *buf = f->h->staging;
-	ssize_t n;
+	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
+	uint64_t extra = len / f->len - 1, got;
+	struct fill_result res;
+	bool covered;
+	int err;
+
+	stat_add(f->st, ST_AROUND, extra);
+	err = fill_copy(f->r, s, buf, len, mode, f->off, &res);
+	*done = res.done == len;
+	covered = res.done > f->off - s;
+	got = res.installed / f->len - (covered && !res.watch_present);
+	/* Only this thread writes the counter. */
+	stat_add(f->st, ST_AROUND, got - extra);
+	if (covered && res.watch_present) {
+		fault_count_as(f, ST_NR); /* someone else's fill */
+		stat_inc(f->st, ST_EEXIST);
+		return fault_wake(f);
+	}
+	if (covered)
+		return 0;
+	if (len > f->len && uffd_classify(err) == UFFD_FAILED)
+		return fault_copy(f, (const char *)buf + (f->off - s));
+	err = fault_finish(f, err);
+	return err < 0 ? fault_poison(f, err) : err;
+}
+
+/*
+ * fault_fill_span() - fill the claimed run (the faulting page in it) from
+ * the pager in one call and map it; a window the pager fails is given up
+ * for the faulting page alone. *done: every page of the run is in.
+ */
+static int fault_fill_span(struct fault *f, const struct fill_span *sp,
+			   char *buf, bool *done)
+{
+	uint64_t s = sp->start;
+	size_t len = sp->end - s;
+	ssize_t n = fault_fill(f, f->r->pager, s, buf, len);
+	bool whole = true;
 	int ret;
 
-	ret = fault_can_call_pager(f, f->r->pager);
-	if (ret)
-		return ret;
-	if (fault_around_ok(f) && pager_fault_around(f, buf))
-		return 0;
-	n = fault_fill(f, f->r->pager, f->off, buf, f->len);
+	*done = false;
+	if (n < 0 && len > f->len) {
+		s = f->off;
+		len = f->len;
+		whole = false;
+		n = fault_fill(f, f->r->pager, s, buf, len);
+	}
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
 		return fault_poison(f, (int)n);
 	}
-	if ((size_t)n < f->len)
-		faultd_clear((char *)buf + n, f->len - (size_t)n);
-	ret = fault_copy(f, buf);
-	fault_readahead(f, f->off + f->len);
+	if ((size_t)n < len)
+		faultd_clear(buf + n, len - (size_t)n);
+	if (fault_around_ok(f)) {
+		ret = fault_install(f, s, buf, len, done);
+	} else {
+		ret = fault_copy(f, buf);
+		*done = !ret;
+	}
+	*done &= whole;
+	return ret;
+}
+
+/*
+ * do_pager_fault() - a missing page whose content comes from the pager,
+ * with the missing pages around it in its fault-around window, each read
+ * once: a page another filler has claimed is left to it (it wakes the
+ * thread), and one found present only needs a wake.
+ */
+static int do_pager_fault(struct fault *f)
+{
+	uint64_t end = f->off + f->len;
+	struct fill_span sp;
+	bool done = false;
+	int ret;
+
+	ret = fault_can_call_pager(f, f->r->pager);
+	if (ret)
+		return ret;
+	if (!fault_claim(f, &sp)) {
+		/* Another filler has it, and wakes the thread (fill.c). */
+		fault_commit(f, ST_NR);
+		stat_inc(f->st, ST_EEXIST);
+	} else if (!fill_missing(f->r, &sp, f->off)) {
+		fault_commit(f, ST_NR);
+		stat_inc(f->st, ST_EEXIST);
+		fill_release(f->r, &sp, true); /* the wake of an EEXIST */
+	} else {
+		ret = fault_fill_span(f, &sp, f->h->staging, &done);
+		fill_release(f->r, &sp, !done);
+		end = sp.end;
+	}
+	fault_readahead(f, end);
 	return ret;
 }
 
@@ -459,19 +543,45 @@ static int base_prepare(struct fault *f, bool stale)
 }
 
 /*
+ * base_claim_charged() - base_claim(); in a region with a budget, a page
+ * that comes into the page cache (not a stale one, which is there) is
+ * charged to the budget first. While the budget is full the page is let
+ * go again - a thread that holds a page never waits for room - room is
+ * made (evict.c) and the page claimed again; over the budget if the pages
+ * in it cannot be written back.
+ */
+static int base_claim_charged(struct fault *f, struct page_state *s,
+			      bool *stale)
+{
+	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR, over = false;
+	struct faultd_region *r = f->r;
+	int claim;
+
+	for (;;) {
+		*stale = false;
+		claim = base_claim(s, minor, r->ev, stale);
+		if (!r->ev || claim == BASE_CLAIM_MAPPED || *stale ||
+		    evict_reserve(r, 1, over))
+			return claim;
+		base_release(s, PAGE_NONE);
+		over = evict_make_room(r);
+	}
+}
+
+/*
  * do_base_fault() - a missing or minor fault in a region with a page-cache
  * base. The handler that claims the page prepares it in the page cache;
  * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
  * In a region with a budget the page is held while it is mapped, so that
  * the evictor cannot take it from the page cache in between (evict.c);
- * mapping it marks it used for the evictor's CLOCK.
+ * mapping it marks it used for the evictor's CLOCK. A page whose content
+ * could not be produced stays charged, stale: it may hold memory.
  */
 static int do_base_fault(struct fault *f)
 {
 	struct faultd_region *r = f->r;
 	struct page_state *s = base_state(r->cache, f->off);
-	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR;
-	bool stale = false;
+	bool stale;
 	int claim, ret;
 
 	if (r->cache->pager) {
@@ -479,15 +589,13 @@ static int do_base_fault(struct fault *f)
 		if (ret)
 			return ret;
 	}
-	claim = base_claim(s, minor, r->ev, &stale);
+	claim = base_claim_charged(f, s, &stale);
 	if (claim == BASE_CLAIM_MAPPED) {
 		fault_commit(f, ST_MAPPED);
 	} else {
 		ret = base_prepare(f, stale);
 		if (ret) {
 			base_release(s, PAGE_STALE);
-			if (r->ev && !stale)
-				evict_charge(r, 1);
 			return fault_poison(f, ret);
 		}
 		if (!r->ev)
@@ -498,11 +606,8 @@ static int do_base_fault(struct fault *f)
 		return ret;
 	evict_mapped(r, f->off, f->len);
 	base_release(s, PAGE_READY);
-	if (claim == BASE_CLAIM_PREPARE) {
-		if (!stale)
-			evict_charge(r, 1);
+	if (claim == BASE_CLAIM_PREPARE)
 		fault_readahead(f, f->off + f->len);
-	}
 	return ret;
 }
 
@@ -674,10 +779,14 @@ static int handle_region_fault(struct fault *f)
  */
 static void fault_account(const struct fault *f, int ret)
 {
-	if (ret == FAULTD_RETRY)
-		stat_inc(f->st, ST_RETRY);
-	else if (ret != FAULTD_PARK)
+	if (ret == FAULTD_RETRY) {
+		/* Once a fault, also when it is parked and comes again. */
+		if (!f->req->retried)
+			stat_inc(f->st, ST_RETRY);
+		f->req->retried = true;
+	} else if (ret != FAULTD_PARK) {
 		stat_latency(f->st, now_ns() - f->req->t_read);
+	}
 }
 
 /*

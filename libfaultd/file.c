@@ -4,7 +4,12 @@
  *
  * Reads and write-backs go through io_uring (liburing). Each thread that
  * calls the pager - handler threads, prefetch workers, the evictor - has
- * a ring of its own, made on first use; a fill is split into chunks that
+ * a ring of its own, made on first use and kept until it exits (or, for
+ * the thread that releases the pager or closes an image, until then: the
+ * application's threads get theirs from faultd_region_sync() and
+ * faultd_restore()); a child made by fork()
+ * makes its own (pthread_atfork() counts the forks, so that finding a
+ * thread's ring takes no system call); a fill is split into chunks that
  * are all in flight at once, so a fault-around window or a read-ahead
  * chunk is several device reads in parallel, and several threads read at
  * the same time. With FAULTD_FILE_DIRECT the file is read and written
@@ -41,26 +46,39 @@ struct file_pager {
 
 static pthread_once_t ring_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t ring_key;
+/* Bumped in the child of each fork(): rings made before it are the
+ * parent's (their memory is shared with it). Read without a system call:
+ * the lookup of a ring is on every fill. */
+static atomic_uint ring_generation;
 
-/* A thread's ring, and the process that made it. */
+/* A thread's ring, and the generation of the process that made it. */
 struct thread_ring {
 	struct io_uring ring;
-	pid_t pid;
+	unsigned int generation;
 };
 
+/*
+ * In a child, a ring made before the fork is a copy: its mappings and its
+ * descriptor are the child's own, and unmapping and closing them leaves
+ * the parent's ring be - only submitting on it would not.
+ */
 static void ring_free(void *p)
 {
 	struct thread_ring *t = p;
 
-	/* A child's copy of its parent's ring is not the child's to exit. */
-	if (t->pid == getpid())
-		io_uring_queue_exit(&t->ring);
+	io_uring_queue_exit(&t->ring);
 	free(t);
+}
+
+static void ring_forked(void)
+{
+	atomic_fetch_add_explicit(&ring_generation, 1, memory_order_relaxed);
 }
 
 static void ring_key_make(void)
 {
 	pthread_key_create(&ring_key, ring_free);
+	pthread_atfork(NULL, NULL, ring_forked);
 }
 
 /*
@@ -70,10 +88,12 @@ static void ring_key_make(void)
 static struct io_uring *thread_ring(int *err)
 {
 	struct thread_ring *t;
+	unsigned int gen;
 
 	pthread_once(&ring_key_once, ring_key_make);
+	gen = atomic_load_explicit(&ring_generation, memory_order_relaxed);
 	t = pthread_getspecific(ring_key);
-	if (t && t->pid == getpid())
+	if (t && t->generation == gen)
 		return &t->ring;
 	if (t) /* made before a fork: the parent's, shared with it */
 		ring_free(t);
@@ -84,9 +104,39 @@ static struct io_uring *thread_ring(int *err)
 		pthread_setspecific(ring_key, NULL);
 		return NULL;
 	}
-	t->pid = getpid();
+	t->generation = gen;
 	pthread_setspecific(ring_key, t);
 	return &t->ring;
+}
+
+/*
+ * ring_thread_close() - the calling thread's ring, if it has one, is
+ * closed; its next call makes a new one. For the threads that release
+ * what uses rings (a file pager, an image): the application's threads get
+ * one from faultd_region_sync() or faultd_restore(), and keep none after.
+ */
+void ring_thread_close(void)
+{
+	struct thread_ring *t;
+
+	pthread_once(&ring_key_once, ring_key_make);
+	t = pthread_getspecific(ring_key);
+	if (!t)
+		return;
+	pthread_setspecific(ring_key, NULL);
+	ring_free(t);
+}
+
+/* Can this process use io_uring? A ring is made and closed at once. */
+static int ring_probe(void)
+{
+	struct io_uring ring;
+	int ret = io_uring_queue_init(1, &ring, 0);
+
+	if (ret < 0)
+		return ret;
+	io_uring_queue_exit(&ring);
+	return 0;
 }
 
 /* A ring whose state we no longer know: the next call makes a new one. */
@@ -233,12 +283,15 @@ static int file_writeback(void *arg, struct faultd_region *r, uint64_t off,
 	return 0;
 }
 
+/* The thread that releases the pager - the one destroying its region -
+ * keeps no ring (see ring_thread_close()). */
 static void file_release(void *arg)
 {
 	struct file_pager *fp = arg;
 
 	close(fp->fd);
 	free(fp);
+	ring_thread_close();
 }
 
 /* A descriptor of our own for the file, with O_DIRECT if asked. */
@@ -276,8 +329,6 @@ FAULTD_EXPORT int faultd_file_pager(const struct faultd_file_opts *opts,
 	if (o.fd < 0 || (o.flags & ~FAULTD_FILE_DIRECT) ||
 	    (o.offset & 4095))
 		return -EINVAL;
-	if (!thread_ring(&ret)) /* io_uring disabled, or no memory */
-		return ret;
 	if (fstat(o.fd, &st) < 0)
 		return -errno;
 	if (S_ISBLK(st.st_mode) &&
@@ -285,6 +336,9 @@ FAULTD_EXPORT int faultd_file_pager(const struct faultd_file_opts *opts,
 		return -errno;
 	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
 		return -EINVAL;
+	ret = ring_probe(); /* io_uring disabled, or no memory */
+	if (ret < 0)
+		return ret;
 	fp = fd_calloc(1, sizeof(*fp));
 	if (!fp)
 		return -ENOMEM;

@@ -591,6 +591,7 @@ static int image_open_chain(int fd, const char *path,
 	return 0;
 }
 
+/* image_close() - also the calling thread's ring: see ring_thread_close(). */
 void image_close(struct image *img)
 {
 	if (!img)
@@ -603,6 +604,7 @@ void image_close(struct image *img)
 	img_checker_free(img->chk);
 	pthread_mutex_destroy(&img->lock);
 	free(img);
+	ring_thread_close();
 }
 
 /*

@@ -341,6 +341,11 @@ struct faultd_region {
 	struct readahead *ra;
 	atomic_int pf_pending;	  /* prefetch requests queued or running */
 	atomic_bool pf_dying;	  /* being destroyed: drop requests */
+	atomic_bool pf_used;	  /* a request was ever queued (fill.c) */
+	/* Pages being filled from the pager, a bit each (fill.c); NULL: the
+	 * region takes no claims */
+	_Atomic uint64_t *claims;
+	_Atomic uint64_t *claim_waiters; /* a fault left the page to its claimer */
 
 	/* Bounded memory (evict.c); NULL: no budget */
 	struct evict *ev;
@@ -487,6 +492,45 @@ void readahead_fault(struct faultd_region *r, struct stat_block *st,
 		     uint64_t off, uint64_t end);
 
 /* ------------------------------------------------------------------------
+ * fill.c - claims on the pages filled from a pager with UFFDIO_COPY, by
+ * faults and prefetch workers alike: no page is read twice.
+ */
+
+#define FILL_MAX_PAGES 512 /* pages of a span: a 2 MiB fault-around window */
+
+/* Pages claimed together, and which of them were present when claimed. */
+struct fill_span {
+	uint64_t start, end;	/* region offsets */
+	uint64_t first;		/* the page of present[]'s bit 0 */
+	uint64_t present[FILL_MAX_PAGES / 64];
+};
+
+struct fill_result {
+	size_t done;		/* bytes covered: installed or present */
+	size_t installed;	/* bytes installed by this copy */
+	bool watch_present;	/* the watched page was present */
+};
+
+int fill_setup(struct faultd_region *r);
+void fill_free(struct faultd_region *r);
+bool fill_claim(struct faultd_region *r, uint64_t off, uint64_t lo,
+		uint64_t hi, struct fill_span *sp);
+bool fill_missing(const struct faultd_region *r, const struct fill_span *sp,
+		  uint64_t off);
+size_t fill_run(const struct faultd_region *r, const struct fill_span *sp,
+		uint64_t *at);
+size_t fill_run_around(const struct faultd_region *r,
+		       const struct fill_span *sp, uint64_t off,
+		       uint64_t *start);
+void fill_trim(struct faultd_region *r, struct fill_span *sp, uint64_t start,
+	       size_t len);
+void fill_release(struct faultd_region *r, const struct fill_span *sp,
+		  bool wake);
+int fill_copy(struct faultd_region *r, uint64_t off, const void *src,
+	      size_t len, uint64_t mode, uint64_t watch,
+	      struct fill_result *res);
+
+/* ------------------------------------------------------------------------
  * evict.c - bounded memory: the resident budget, CLOCK, write-back, sync.
  */
 
@@ -497,7 +541,9 @@ void evict_free(struct faultd_region *r);
 int evict_grow(struct faultd_region *r, size_t len);
 void evict_shrink(struct faultd_region *r, size_t old_len, size_t len);
 void evict_mapped(struct faultd_region *r, uint64_t off, size_t len);
-void evict_charge(struct faultd_region *r, size_t pages);
+size_t evict_reserve(struct faultd_region *r, size_t want, bool over);
+void evict_unreserve(struct faultd_region *r, size_t pages);
+bool evict_make_room(struct faultd_region *r);
 int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
 
 /* ------------------------------------------------------------------------
@@ -506,6 +552,7 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
 
 bool pager_is_file(const struct faultd_pager *p);
 ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
+void ring_thread_close(void);
 
 /* ------------------------------------------------------------------------
  * crc32c.c

@@ -8,8 +8,9 @@
  * from the fault path takes a short lock and allocates nothing. A worker
  * fills at most PF_CHUNK of a request at a time and puts the rest back at
  * the tail, so that a large prefetch does not hold up read-ahead and the
- * workers share it. Pages already present are left alone: a fault that
- * wins the race fills its page and the worker skips it.
+ * workers share it. Pages already present are left alone, and a page a
+ * fault is filling is the fault's: workers and faults claim the pages they
+ * read (fill.c), so no page is read twice.
  *
  * A region counts its requests in pf_pending. Destroying it first sets
  * pf_dying - from then on its requests are dropped - and waits for the
@@ -78,59 +79,69 @@ struct readahead {
  */
 
 /*
- * copy_run() - fill [off, off + len) from the pager (or zeros) and install
- * it with one UFFDIO_COPY, write-protected where writes are tracked (the
- * pages are clean). A page that got filled meanwhile stops the copy short.
+ * copy_run() - fill [off, off + len), claimed, from the pager (or zeros)
+ * and install it with UFFDIO_COPY, write-protected where writes are
+ * tracked (the pages are clean); a page found present is stepped over.
+ * Returns whether every page is in.
  */
-static void copy_run(struct faultd_region *r, uint64_t off, size_t len,
+static bool copy_run(struct faultd_region *r, uint64_t off, size_t len,
 		     void *buf)
 {
 	uint64_t mode = r->wp_mode != WP_NONE ? UFFDIO_COPY_MODE_WP : 0;
 	const void *src = r->ctx->zero_page;
-	ssize_t n = 0;
+	struct fill_result res;
+	ssize_t n;
+	int err;
 
 	if (r->pager) {
 		n = pager_call_fill(r, r->pager, off, buf, len);
 		if (n < 0) { /* the fault that needs it will report it */
 			stat_add_shared(r->bg_stats, ST_PAGER_ERRORS, 1);
-			return;
+			return false;
 		}
 		stat_add_shared(r->bg_stats, ST_BYTES_READ, (uint64_t)n);
 		if ((size_t)n < len)
 			faultd_clear((char *)buf + n, len - (size_t)n);
 		src = buf;
 	}
-	n = uffd_copy(r->group->uffd, r->base + off, src, len, mode);
-	if (n > 0)
-		stat_add_shared(r->bg_stats, ST_READAHEAD,
-				(uint64_t)n / r->page_size);
+	err = fill_copy(r, off, src, len, mode, UINT64_MAX, &res);
+	stat_add_shared(r->bg_stats, ST_READAHEAD, res.installed / r->page_size);
+	return !err;
 }
 
-/* Fill the missing pages of [off, off + len) (len <= PF_CHUNK). */
+/*
+ * copy_populate() - fill the missing pages of [off, off + len) (len <=
+ * PF_CHUNK) but the marker: claimed span by span (fill.c), each missing
+ * run of a span read and installed at once.
+ */
 static void copy_populate(struct faultd_region *r, uint64_t off, size_t len,
 			  uint64_t marker, void *buf)
 {
-	size_t ps = r->page_size, n = len / ps;
-	uint64_t pm[PF_CHUNK / 4096];
+	size_t ps = r->page_size;
 
-	mem_pagemap(r->ctx, r->base + off, n, pm);
-	for (size_t i = 0; i < n;) {
-		size_t j = i;
+	for (uint64_t o = off; o < off + len;) {
+		uint64_t hi = marker > o && marker < off + len ? marker
+							       : off + len;
+		struct fill_span sp;
+		bool all = true;
+		size_t n;
 
-		while (j < n && !(pm[j] & (PM_PRESENT | PM_SWAPPED)) &&
-		       off + j * ps != marker)
-			j++;
-		if (j > i)
-			copy_run(r, off + i * ps, (j - i) * ps,
-				 (char *)buf + i * ps);
-		i = j + 1;
+		if (o == marker || !fill_claim(r, o, o, hi, &sp)) {
+			o += ps;
+			continue;
+		}
+		for (uint64_t at = sp.start; (n = fill_run(r, &sp, &at));
+		     at += n)
+			all &= copy_run(r, at, n, (char *)buf + (at - off));
+		fill_release(r, &sp, !all);
+		o = sp.end;
 	}
 }
 
 /*
  * base_run() - pages [off, off + len) of a region with a budget, claimed
- * by the caller: fill them in the page cache, map them (write-protected:
- * they are clean) and hand them to the evictor's accounting.
+ * by the caller and charged to the budget: fill them in the page cache
+ * and map them (write-protected: they are clean).
  */
 static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 {
@@ -144,6 +155,7 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 		(void)!fallocate(b->memfd,
 				 FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				 (off_t)off, (off_t)len);
+		evict_unreserve(r, len / ps);
 		for (uint64_t o = off; o < off + len; o += ps)
 			base_release(base_state(b, o), PAGE_NONE);
 		return;
@@ -157,13 +169,16 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 	for (uint64_t o = off; o < off + len; o += ps)
 		base_release(base_state(b, o), PAGE_READY);
 	stat_add_shared(r->bg_stats, ST_READAHEAD, len / ps);
-	evict_charge(r, len / ps);
 }
 
 /*
  * base_populate() - the same for a region with a budget: pages not in the
  * page cache are claimed without waiting (a page someone else holds is
- * skipped), in runs, each filled and mapped at once.
+ * skipped), in runs, each charged to the budget, filled and mapped at
+ * once. The part of a run the budget has no room for is let go: room is
+ * made holding no page (evict.c), and the rest claimed again - unless the
+ * pages in the budget cannot be written back: then the rest is left to
+ * the faults, which may go over the budget, and read-ahead may not.
  */
 static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
 			  uint64_t marker)
@@ -172,14 +187,25 @@ static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
 
 	for (uint64_t o = off; o < off + len;) {
 		uint64_t start = o;
+		size_t n, got;
 
 		while (o < off + len && o != marker &&
 		       base_trylock(base_state(r->cache, o), PAGE_NONE))
 			o += ps;
-		if (o > start)
-			base_run(r, start, o - start);
-		else
+		if (o == start) {
 			o += ps;
+			continue;
+		}
+		n = (o - start) / ps;
+		got = evict_reserve(r, n, false);
+		for (size_t i = got; i < n; i++)
+			base_release(base_state(r->cache, start + i * ps),
+				     PAGE_NONE);
+		if (got)
+			base_run(r, start, got * ps);
+		else if (evict_make_room(r))
+			return;
+		o = start + got * ps;
 	}
 }
 
@@ -385,6 +411,7 @@ static int pf_queue(struct faultd_region *r, uint64_t off, size_t len,
 {
 	struct pf_req req = { r, off, len, marker };
 
+	atomic_store(&r->pf_used, true);
 	atomic_fetch_add(&r->pf_pending, 1);
 	if (atomic_load(&r->pf_dying)) {
 		pf_done(r);
@@ -484,13 +511,16 @@ void readahead_fault(struct faultd_region *r, struct stat_block *st,
  * Regions.
  */
 
-/* prefetch_setup() - read-ahead state and the workers, for a new region. */
+/*
+ * prefetch_setup() - read-ahead state and the workers, for a new region,
+ * and the claims that keep them and the faults from reading a page twice.
+ */
 int prefetch_setup(struct faultd_region *r)
 {
-	int err = 0;
+	int err = fill_setup(r);
 
-	if (!r->ra_max)
-		return 0;
+	if (err < 0 || !r->ra_max)
+		return err;
 	r->ra = fd_calloc(1, sizeof(*r->ra));
 	if (!r->ra)
 		return -ENOMEM;
@@ -517,6 +547,7 @@ void prefetch_quiesce(struct faultd_region *r)
 
 void prefetch_free(struct faultd_region *r)
 {
+	fill_free(r);
 	if (!r->ra)
 		return;
 	pthread_mutex_destroy(&r->ra->lock);

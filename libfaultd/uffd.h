@@ -112,6 +112,7 @@ struct fault_req {
 	uint64_t flags;	  /* UFFD_PAGEFAULT_FLAG_* */
 	uint64_t t_read;  /* when it was read, for the latency histogram */
 	bool counted;	  /* its counters are in (see fault_commit()) */
+	bool retried;	  /* counted as retried under the context lock */
 };
 
 enum uloop_res {

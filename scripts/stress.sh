@@ -1,20 +1,21 @@
 #!/bin/sh
 # stress.sh - the long run of the stress and load suites (make stress):
 # for about MINUTES minutes, the nine uffd-stress configurations of
-# tests/stress.c, the nine races of tests/window.c and the load suite's
-# churn, each configuration or race given an eighteenth of four fifths of
-# the time and the churn a tenth, repeated until the time is up; each pass
-# also runs the race tests of the dirty and faults suites (discards against
-# writers, aborts counted per region) for as long as a configuration. A
-# configuration runs at most 480 s at a time (its Criterion timeout is
-# 600 s), so long runs are made of passes. Stops at the first failure.
+# tests/stress.c, the nine races of tests/window.c, the budget's race of
+# tests/file.c and the load suite's churn, each configuration or race
+# given a nineteenth of four fifths of the time and the churn a tenth,
+# repeated until the time is up; each pass also runs the race tests of the
+# dirty and faults suites (discards against writers, aborts counted per
+# region) for as long as a configuration. A configuration runs at most
+# 480 s at a time (its Criterion timeout is 600 s), so long runs are made
+# of passes. Stops at the first failure.
 #
 # usage: sh scripts/stress.sh BUILD_DIR MINUTES
 set -u
 build=$1
 minutes=$2
 end=$(( $(date +%s) + minutes * 60 ))
-secs=$(( minutes * 60 * 4 / 5 / 18 ))
+secs=$(( minutes * 60 * 4 / 5 / 19 ))
 churn=$(( minutes * 60 / 10 ))
 clamp() { [ "$1" -lt 1 ] && echo 1 || { [ "$1" -gt 480 ] && echo 480 || echo "$1"; }; }
 secs=$(clamp $secs)

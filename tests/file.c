@@ -9,9 +9,12 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "helpers.h"
+#include "resources.h"
 
 #define TAG 0xf11e
 
@@ -232,6 +235,38 @@ Test(file, fault_around_and_readahead_counters)
 		     (unsigned long long)both.eexist);
 }
 
+/* The context's counters, once @f's region is destroyed (all in). */
+static struct faultd_stats destroyed_stats(struct file_region *f)
+{
+	struct faultd_stats s = { .size = sizeof(s) };
+
+	cr_assert_eq(faultd_region_destroy(f->r), 0);
+	cr_assert_eq(faultd_ctx_stats(f->ctx, &s), 0);
+	faultd_ctx_destroy(f->ctx);
+	close(f->fd);
+	return s;
+}
+
+/*
+ * A sequential pass reads each page from the pager once, with the
+ * defaults (fault-around and read-ahead) and two handler threads: the
+ * faults' windows, the read-ahead workers and the other handler never
+ * read a page one of them reads or has mapped. Exact, however they race.
+ */
+Test(file, sequential_pass_reads_each_page_once)
+{
+	size_t len = 64 * MIB;
+	struct faultd_region_opts o = { .handler_threads = 2 };
+	struct file_region f = file_region(len, len, &o);
+	struct faultd_stats s;
+
+	cr_assert_eq(read_all(f.base, len), 0);
+	s = destroyed_stats(&f);
+	cr_assert_gt(s.readahead, 0);
+	cr_assert_eq(s.bytes_read, len, "%llu bytes read for %zu mapped",
+		     (unsigned long long)s.bytes_read, len);
+}
+
 /* The region's part past the end of the file reads as zeros. */
 Test(file, eof_tail_is_zero)
 {
@@ -385,6 +420,30 @@ Test(file, prefetch_skips_present_pages)
 	file_region_done(&f);
 }
 
+/*
+ * A fault-around window with a page present (prefetched) reads only its
+ * missing pages: the run before the present page for the fault at the
+ * window's start, the run after it for the next fault.
+ */
+Test(file, partly_present_window_reads_only_missing_pages)
+{
+	size_t len = 4 * MIB, win = 16, windows = len / PAGE / win;
+	struct faultd_region_opts o = { .readahead_max = FAULTD_READAHEAD_OFF };
+	struct file_region f = file_region(len, len, &o);
+	struct faultd_stats s;
+
+	for (size_t pg = 5; pg < len / PAGE; pg += win)
+		cr_assert_eq(faultd_region_prefetch(f.r, pg * PAGE, PAGE), 0);
+	cr_assert_eq(faultd_region_prefetch_wait(f.r), 0);
+	cr_assert_eq(read_all(f.base, len), 0);
+	s = destroyed_stats(&f);
+	cr_assert_eq(s.bytes_read, len, "%llu bytes read for %zu mapped",
+		     (unsigned long long)s.bytes_read, len);
+	cr_assert_eq(s.readahead, windows);
+	cr_assert_eq(s.faults, 2 * windows, "faults %llu",
+		     (unsigned long long)s.faults);
+}
+
 /* ------------------------------------------------------------------------
  * Sync and write-back
  */
@@ -507,6 +566,180 @@ Test(file, failed_writeback_keeps_pages_dirty)
 }
 
 /* ------------------------------------------------------------------------
+ * The pager's io_uring rings
+ */
+
+/*
+ * faultd_file_pager() leaves no descriptor behind: not when it fails, not
+ * once released, and not after a region used it (the handler and prefetch
+ * threads' rings close with them; release() closes the one that sync gave
+ * the calling thread).
+ */
+Test(file, pager_leaves_no_descriptor)
+{
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
+	size_t len = MIB;
+	int fd = pattern_file(len), pipefd[2];
+	struct faultd_file_opts fo = { .size = sizeof(fo) };
+	struct faultd_region_opts o = { .size = sizeof(o), .length = len,
+					.flags = FAULTD_REGION_WP };
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct faultd_pager p;
+	struct resources before;
+
+	cr_assert_eq(pipe(pipefd), 0);
+	/* What a first use of the library keeps for good (no file pager). */
+	faultd_ctx_destroy(ctx_new());
+	before = resources_now();
+	fo.fd = pipefd[0];
+	cr_assert_eq(faultd_file_pager(&fo, &p), -EINVAL);
+	cr_assert_eq(resources_now().fds, before.fds, "after -EINVAL");
+	fo.fd = fd;
+	cr_assert_eq(faultd_file_pager(&fo, &p), 0);
+	p.release(p.arg);
+	cr_assert_eq(resources_now().fds, before.fds, "after release()");
+
+	ctx = ctx_new();
+	cr_assert_eq(faultd_file_pager(&fo, &p), 0);
+	o.pager = &p;
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	cr_assert_eq(read_all(faultd_region_base(r), len), 0);
+	memset((char *)faultd_region_base(r) + PAGE, 0, PAGE);
+	cr_assert_eq(faultd_region_sync(r, 0, len), 0);
+	cr_assert_eq(faultd_region_destroy(r), 0);
+	faultd_ctx_destroy(ctx);
+	cr_assert_eq(resources_settle(before, 5000).fds, before.fds,
+		     "after a region used it");
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(fd);
+}
+
+/*
+ * A fill makes no getpid() system call (the ring lookup finds a fork by
+ * other means). A child reads a file region page by page - each page a
+ * fill - while this process traces its system calls and counts getpid()
+ * between two getppid() markers, in every thread of the child.
+ */
+#define TRACED_PAGES 512
+
+static void traced_reader(void)
+{
+	struct faultd_region_opts o = { .fault_around = FAULTD_FAULT_AROUND_OFF,
+					.readahead_max = FAULTD_READAHEAD_OFF };
+	struct file_region f;
+
+	if (ptrace(PTRACE_TRACEME, 0, NULL, NULL) < 0 || raise(SIGSTOP))
+		_exit(2);
+	f = file_region(TRACED_PAGES * PAGE, TRACED_PAGES * PAGE, &o);
+	syscall(SYS_getppid);
+	if (read_all(f.base, TRACED_PAGES * PAGE))
+		_exit(3);
+	syscall(SYS_getppid);
+	file_region_done(&f);
+	_exit(0);
+}
+
+/* The tracer's loop: until the child and its threads are gone. */
+static int trace_getpids(pid_t child, long *getpids, int *markers)
+{
+	struct __ptrace_syscall_info info;
+	int status, child_status = -1;
+	pid_t t;
+
+	while ((t = waitpid(-1, &status, __WALL)) > 0) {
+		int sig = 0;
+
+		if (WIFEXITED(status) || WIFSIGNALED(status)) {
+			if (t == child)
+				child_status = status;
+			continue;
+		}
+		if (WSTOPSIG(status) == (SIGTRAP | 0x80) &&
+		    ptrace(PTRACE_GET_SYSCALL_INFO, t, sizeof(info), &info) > 0 &&
+		    info.op == PTRACE_SYSCALL_INFO_ENTRY) {
+			*markers += info.entry.nr == SYS_getppid;
+			*getpids += info.entry.nr == SYS_getpid && *markers == 1;
+		} else if (WSTOPSIG(status) != SIGTRAP &&
+			   WSTOPSIG(status) != (SIGTRAP | 0x80) &&
+			   WSTOPSIG(status) != SIGSTOP) {
+			sig = WSTOPSIG(status); /* the child's own: deliver */
+		}
+		ptrace(PTRACE_SYSCALL, t, NULL, (void *)(uintptr_t)sig);
+	}
+	return child_status;
+}
+
+Test(file, fills_make_no_getpid_call, .timeout = 120)
+{
+	int status, markers = 0;
+	long getpids = 0;
+	pid_t child = fork();
+
+	cr_assert_geq(child, 0);
+	if (!child)
+		traced_reader();
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert(WIFSTOPPED(status) && WSTOPSIG(status) == SIGSTOP);
+	cr_assert_eq(ptrace(PTRACE_SETOPTIONS, child, NULL,
+			    (void *)(uintptr_t)(PTRACE_O_TRACESYSGOOD |
+						PTRACE_O_TRACECLONE |
+						PTRACE_O_EXITKILL)),
+		     0);
+	cr_assert_eq(ptrace(PTRACE_SYSCALL, child, NULL, NULL), 0);
+	status = trace_getpids(child, &getpids, &markers);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "child status %#x", status);
+	cr_assert_eq(markers, 2);
+	cr_assert_eq(getpids, 0, "%ld getpid() calls for %d fills", getpids,
+		     TRACED_PAGES);
+}
+
+/*
+ * A child made by fork() writes back through the file pager with a ring
+ * of its own, not the one its parent's thread had (they would share it);
+ * the parent's still works after the child is gone.
+ */
+static void sync_page(struct file_region *f, size_t pg, uint64_t v)
+{
+	char buf[PAGE];
+
+	write_version(f->base + pg * PAGE, pg, v);
+	cr_assert_eq(faultd_region_sync(f->r, 0, 16 * PAGE), 0);
+	file_page(f->fd, pg, buf);
+	cr_assert(is_version(buf, pg, v), "page %zu", pg);
+}
+
+static void forked_writer(void *arg)
+{
+	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP };
+	struct file_region f = file_region(16 * PAGE, 16 * PAGE, &o);
+	char buf[PAGE];
+
+	(void)arg;
+	write_version(f.base + 3 * PAGE, 3, 9);
+	if (faultd_region_sync(f.r, 0, 16 * PAGE))
+		_exit(3);
+	if (pread(f.fd, buf, PAGE, 3 * PAGE) != (ssize_t)PAGE ||
+	    !is_version(buf, 3, 9) || read_all(f.base, 3 * PAGE))
+		_exit(4);
+	file_region_done(&f);
+}
+
+Test(file, forked_child_uses_a_ring_of_its_own)
+{
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
+	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP };
+	struct file_region f = file_region(16 * PAGE, 16 * PAGE, &o);
+
+	sync_page(&f, 2, 1); /* this thread has a ring now */
+	cr_assert_eq(run_in_child(forked_writer, NULL), -1, "child failed");
+	sync_page(&f, 4, 2);
+	file_region_done(&f);
+}
+
+/* ------------------------------------------------------------------------
  * Budgets and eviction
  */
 
@@ -593,10 +826,16 @@ Test(file, budget_eviction_keeps_every_write, .timeout = 240)
 	free(version);
 }
 
-/* A hot set survives a stream many times the budget (CLOCK, not FIFO). */
+/*
+ * A hot set survives a stream many times the budget (CLOCK, not FIFO).
+ * And the budget holds at every instant: whenever a fault returns, each
+ * page read beyond the budget came after one was evicted - however far
+ * behind the evictor thread is.
+ */
 struct counting_pager {
 	struct mem_pager m;
 	atomic_uint *fills; /* per page */
+	atomic_uint total;
 };
 
 static ssize_t counting_fill(void *arg, struct faultd_region *r,
@@ -606,13 +845,14 @@ static ssize_t counting_fill(void *arg, struct faultd_region *r,
 
 	for (uint64_t o = off; o < off + len; o += PAGE)
 		atomic_fetch_add(&c->fills[o / PAGE], 1);
+	atomic_fetch_add(&c->total, (unsigned int)(len / PAGE));
 	return mem_fill(&c->m, r, off, buf, len);
 }
 
 Test(file, clock_keeps_the_hot_set)
 {
 	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
-	size_t budget = 64, pages = 20 * budget, hot = 8;
+	size_t budget = 64, pages = 20 * budget, hot = 8, over = 0;
 	struct counting_pager c = {
 		.m = { .data = calloc(pages, PAGE) },
 		.fills = calloc(pages, sizeof(atomic_uint)),
@@ -631,18 +871,27 @@ Test(file, clock_keeps_the_hot_set)
 	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_region *r;
 	volatile char *base;
-	unsigned int hot_fills = 0;
+	unsigned int hot_fills = 0, fills = 0;
+	uint64_t evictions = 0;
 
 	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
 	base = faultd_region_base(r);
 	for (size_t pg = hot; pg < pages; pg++) {
 		(void)base[pg * PAGE];
+		/* Fills first: an eviction counted is one done. */
+		fills = atomic_load(&c.total);
+		evictions = stats_of(r).evictions;
+		over += fills > evictions + budget;
 		for (size_t h = 0; h < hot; h++)
 			(void)base[h * PAGE];
 	}
 	for (size_t h = 0; h < hot; h++)
 		hot_fills += atomic_load(&c.fills[h]);
-	cr_assert_gt(stats_of(r).evictions, pages - 2 * budget);
+	cr_assert_geq(fills, pages);
+	cr_assert_eq(over, 0,
+		     "%zu of %zu faults returned over the budget; at the "
+		     "end %u pages read, %llu evicted",
+		     over, pages - hot, fills, (unsigned long long)evictions);
 	/* FIFO would read each hot page again every ~budget pages (19x). */
 	cr_assert_lt(hot_fills, hot * 4, "hot pages read %u times", hot_fills);
 	cr_assert_eq(faultd_region_destroy(r), 0);
@@ -702,5 +951,156 @@ Test(file, budget_discard_rereads)
 	cr_assert_eq(read_all(f.base, len), 0);
 	cr_assert_eq(faultd_region_sync(f.r, 0, len), 0);
 	cr_assert_eq(stats_of(f.r).writebacks, 0, "discarded: nothing to write");
+	file_region_done(&f);
+}
+
+/* ------------------------------------------------------------------------
+ * The budget's bound, sampled from outside (suite "budget": also a stress
+ * test, FAULTD_STRESS_SECONDS long; 2 s by default)
+ */
+
+static double race_seconds(void)
+{
+	const char *s = getenv("FAULTD_STRESS_SECONDS");
+	double v = s ? atof(s) : 0;
+
+	return v > 0 ? v : 2.0;
+}
+
+/*
+ * The region's resident memory as the kernel counts it: the pages its
+ * memfd has allocated (st_blocks). RSS would count each one twice, in the
+ * region and in the library's own mapping of the memfd.
+ */
+struct sampler {
+	int memfd;
+	uint64_t limit;
+	atomic_bool stop;
+	uint64_t samples, over, peak, failed;
+};
+
+static void *sampler_main(void *arg)
+{
+	struct sampler *s = arg;
+	struct stat st;
+
+	while (!atomic_load(&s->stop)) {
+		uint64_t res;
+
+		if (fstat(s->memfd, &st) < 0) {
+			s->failed++;
+			continue;
+		}
+		res = (uint64_t)st.st_blocks * 512;
+		s->samples++;
+		s->over += res > s->limit;
+		s->peak = res > s->peak ? res : s->peak;
+		sched_yield();
+	}
+	return NULL;
+}
+
+/* Worker 0 reads the first three quarters in order (read-ahead), workers
+ * 1 and 2 at random; worker 3 reads the last quarter at random and writes
+ * what it reads back (the same bytes: dirty pages, written back when
+ * evicted). Every read is checked. */
+#define RT 4
+
+struct race_worker {
+	char *base;
+	size_t pages;
+	unsigned int id;
+	unsigned int seed;
+	uint64_t end_ns;
+	size_t bad, ops;
+};
+
+/* Write a byte of @p with what it holds: the page is dirty, and the same.
+ * Volatile, or the compiler drops the store. */
+static void rewrite_byte(char *p)
+{
+	volatile char *v = p;
+
+	*v = *v;
+}
+
+static void *race_main(void *arg)
+{
+	struct race_worker *w = arg;
+
+	size_t shared = w->pages / 4 * 3;
+
+	for (size_t op = 0; test_now_ns() < w->end_ns; op++) {
+		size_t pg = w->id == 0 ? op % shared
+			    : w->id < 3 ? (size_t)rand_r(&w->seed) % shared
+					: shared + (size_t)rand_r(&w->seed) %
+							   (w->pages - shared);
+		char *p = w->base + pg * PAGE;
+
+		w->bad += pattern_check(TAG, pg * PAGE, p, PAGE);
+		if (w->id == 3)
+			rewrite_byte(p);
+		w->ops++;
+	}
+	return NULL;
+}
+
+/*
+ * Four threads fault over a file region sixteen times its 4 MiB budget,
+ * served by four handler threads, while another samples the region's
+ * resident memory as often as it can: no sample may exceed the budget
+ * (faultd_region_create(3): the bound holds at every instant). First the
+ * test's thread rewrites twice the budget's worth of pages with the bytes
+ * they hold, so that at least a budget's worth of dirty pages is written
+ * back however fast the others go.
+ */
+Test(budget, resident_memory_never_exceeds_the_budget, .timeout = 600)
+{
+	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
+	size_t len = 64 * MIB, budget = 4 * MIB;
+	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP,
+					.budget = budget,
+					.handler_threads = 4 };
+	struct file_region f = file_region(len, len, &o);
+	struct sampler smp = { .memfd = faultd_region_memfd(f.r),
+			       .limit = budget };
+	uint64_t end = test_now_ns() + (uint64_t)(race_seconds() * 1e9);
+	struct race_worker w[RT];
+	pthread_t t[RT], ts;
+	struct faultd_stats s;
+
+	cr_assert_geq(smp.memfd, 0);
+	cr_assert_eq(pthread_create(&ts, NULL, sampler_main, &smp), 0);
+	for (size_t off = 0; off < 2 * budget; off += PAGE)
+		rewrite_byte(f.base + off);
+	for (unsigned int i = 0; i < RT; i++) {
+		w[i] = (struct race_worker){ f.base, len / PAGE, i, 7 * i + 3,
+					     end, 0, 0 };
+		cr_assert_eq(pthread_create(&t[i], NULL, race_main, &w[i]), 0);
+	}
+	for (unsigned int i = 0; i < RT; i++)
+		pthread_join(t[i], NULL);
+	atomic_store(&smp.stop, true);
+	pthread_join(ts, NULL);
+	for (unsigned int i = 0; i < RT; i++)
+		cr_assert_eq(w[i].bad, 0, "worker %u: %zu bad words", i,
+			     w[i].bad);
+	cr_log_info("%llu samples, %llu over the budget; peak %llu of %zu "
+		    "bytes", (unsigned long long)smp.samples,
+		    (unsigned long long)smp.over,
+		    (unsigned long long)smp.peak, budget);
+	cr_assert_eq(smp.failed, 0);
+	cr_assert_gt(smp.samples, 1000, "%llu samples",
+		     (unsigned long long)smp.samples);
+	cr_assert_eq(smp.over, 0,
+		     "%llu of %llu samples over the budget of %zu bytes; "
+		     "peak %llu bytes",
+		     (unsigned long long)smp.over,
+		     (unsigned long long)smp.samples, budget,
+		     (unsigned long long)smp.peak);
+	s = stats_of(f.r);
+	cr_assert_geq(s.writebacks, budget / PAGE, "%llu pages written back",
+		      (unsigned long long)s.writebacks);
+	cr_assert_eq(s.poisoned, 0);
 	file_region_done(&f);
 }

@@ -7,7 +7,8 @@
  * Counts are compared after a first, warm-up pass of the same kind of
  * work: glibc keeps the stacks of exited threads and its malloc arenas,
  * liburcu-bp its registry of reader threads, and each thread that calls a
- * file pager keeps its io_uring, for the next use. (Tests can also run
+ * file pager keeps its io_uring for the next use (until it exits, or
+ * releases a file pager). (Tests can also run
  * with GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.
  * arena_max=1 so that glibc keeps none.)
  */

@@ -219,8 +219,8 @@ struct faultd_pager {
 	 * may be NULL for read-only pagers. Returns 0 or a negative errno
 	 * (counted, logged; the pages stay dirty).
 	 * Context: the region's evictor thread; a handler thread or prefetch
-	 * worker that finds the region far over its budget and evicts at
-	 * once; or a thread calling faultd_region_sync(). It holds the
+	 * worker that finds the region's budget full and evicts at once; or
+	 * a thread calling faultd_region_sync(). It holds the
 	 * region's read lock (and the context lock for reading, without
 	 * FAULTD_PAGER_CONCURRENT). The rules of fill() apply.
 	 */
@@ -433,10 +433,15 @@ struct faultd_region_opts {
 	 */
 	size_t readahead_max;
 	/*
-	 * Bounded memory: when the region's resident memory passes
-	 * @budget bytes, pages are evicted down to @budget_low (0: 7/8 of
-	 * @budget) by a thread of the region (far over it, by the thread
-	 * that brings pages in). Clean pages are dropped (the next access
+	 * Bounded memory: the region never holds more than @budget bytes
+	 * (the pages its memfd has allocated), at any instant: a page is
+	 * charged before it is read in, and a fault or read-ahead that finds
+	 * the budget full evicts first (or waits while another thread
+	 * does). Only dirty pages whose write-back failed stay beyond it:
+	 * faults then go over the budget rather than lose a write. Past
+	 * halfway from @budget_low (0: 7/8 of @budget) to @budget, a thread
+	 * of the region evicts down to @budget_low, so that faults seldom
+	 * wait. Clean pages are dropped (the next access
 	 * reads them again from the pager); dirty ones - the region needs
 	 * FAULTD_REGION_WP - are written back with the pager's writeback()
 	 * first. Victims are chosen by CLOCK (second chance):
