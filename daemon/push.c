@@ -220,6 +220,13 @@ static void *push_main(void *arg)
 			push_wait(s, 1000);
 			continue;
 		}
+		/* Before the peer has registered everything, a page in no
+		 * mapping is one still to come: a push would find it gone
+		 * and try it again at once, for as long as the peer takes. */
+		if (!atomic_load(&s->settled)) {
+			push_wait(s, 1000);
+			continue;
+		}
 		if (!atomic_load(&s->pending)) {
 			push_wait(s, 1000);
 			continue;

@@ -206,6 +206,8 @@ int session_adopt_space(struct session *s, struct space *sp);
 int session_run(struct session *s);
 void session_set_identity(struct session *s, uint64_t id, uid_t uid,
 			  pid_t pid, uint64_t started_ns);
+void session_settle(struct session *s);
+void session_peer_done(struct session *s);
 bool daemon_stopping(void);
 void session_stop(struct session *s);
 void session_wake(struct session *s);
