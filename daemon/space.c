@@ -81,6 +81,29 @@ static const struct sseg *seg_find(const struct space *sp, uint64_t off)
 	return NULL;
 }
 
+/*
+ * The first source offset at or after @off that a segment tracks, or
+ * UINT64_MAX: what a walk of pending pages skips to over what no segment
+ * tracks (a CRIU task's address space is mostly such gaps).
+ */
+static uint64_t seg_after(const struct space *sp, uint64_t off)
+{
+	size_t lo = 0, hi = sp->nseg;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const struct sseg *g = &sp->seg[mid];
+
+		if (g->off + g->len <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == sp->nseg)
+		return UINT64_MAX;
+	return sp->seg[lo].off > off ? sp->seg[lo].off : off;
+}
+
 /* The bit of source offset @off, if a segment tracks it. */
 static bool seg_bit(const struct space *sp, uint64_t off, uint64_t *bit)
 {
@@ -821,6 +844,18 @@ bool space_next_pending(struct space *sp, uint64_t from,
 
 		a = (a + sp->page_size - 1) & ~(uint64_t)(sp->page_size - 1);
 		for (; a < r->start + r->len; a += sp->page_size) {
+			uint64_t soff = r->src_off + (a - r->start), next;
+
+			if (!seg_bit(sp, soff, &bit)) {
+				/* Untracked: on to the next segment. */
+				next = seg_after(sp, soff);
+				if (next == UINT64_MAX ||
+				    next - r->src_off >= r->len)
+					break;
+				a = r->start + (next - r->src_off) -
+				    sp->page_size;
+				continue;
+			}
 			if (!page_pending(sp, r, a, &bit)) {
 				/* A whole word of done pages: skip it. */
 				if (bit % 64 == 0 &&
