@@ -358,7 +358,7 @@ static void ev_remap(struct space *sp, uint64_t from, uint64_t to,
 		n = range_cut_locked(sp, from, from + len, moved);
 	if (n >= 0) /* what was at the target is gone (MREMAP_FIXED) */
 		ret = pages_unmapped_locked(sp, to, to + len);
-	if (n >= 0 && !ret) {
+	if (n >= 0 && ret >= 0) { /* ret: how many ranges were there */
 		for (ssize_t i = 0; i < n; i++)
 			moved[i].start = to + (moved[i].start - from);
 		range_insert_locked(sp, moved, (size_t)n);
@@ -415,8 +415,11 @@ static void space_event(struct ureader *rd, struct uport *p,
 		ev_unmap(sp, m->arg.remove.start, m->arg.remove.end);
 		break;
 	}
-	dlog(2, "%s: space %llu: event %#x", sp->s->o.name,
-	     (unsigned long long)sp->id, m->event);
+	dlog(2, "%s: space %llu: event %#x %#llx %#llx %#llx", sp->s->o.name,
+	     (unsigned long long)sp->id, m->event,
+	     (unsigned long long)m->arg.reserved.reserved1,
+	     (unsigned long long)m->arg.reserved.reserved2,
+	     (unsigned long long)m->arg.reserved.reserved3);
 }
 
 /* ------------------------------------------------------------------------
