@@ -19,6 +19,8 @@
  *   mremap    move the second half of region 0, check it at its new place
  *   dontneed  MADV_DONTNEED a quarter of region 0 first: it must read zeros
  *   mprotect  make 8 pages in the middle read-only first (splits the VMA)
+ *   mprotect-wait  the same, then wait for a second SIGUSR1 before the
+ *             check: the background copy alone must cross the split
  *   zombie    a child that exited with 42 before the dump stays a zombie
  *             in the tree; after the check it is reaped and its status
  *             checked
@@ -230,13 +232,30 @@ static void timed_pass(struct wl *w, bool random)
 	free(order);
 }
 
+/* Wait for SIGUSR1 (blocked since the start). */
+static siginfo_t wait_go(void)
+{
+	siginfo_t si;
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	do
+		sig = sigwaitinfo(&set, &si);
+	while (sig < 0 && errno == EINTR);
+	if (sig != SIGUSR1)
+		die("sigwaitinfo");
+	return si;
+}
+
 /* What the mode does before the check. */
 static void prepare_mode(struct wl *w)
 {
 	if (!strcmp(w->mode, "dontneed") &&
 	    madvise(w->r0 + w->len / 4, w->len / 4, MADV_DONTNEED))
 		die("madvise");
-	if (!strcmp(w->mode, "mprotect") &&
+	if (!strncmp(w->mode, "mprotect", 8) &&
 	    mprotect(w->r0 + w->len / 2 + 3 * WL_PAGE, 8 * WL_PAGE, PROT_READ))
 		die("mprotect");
 	if (!strcmp(w->mode, "mremap")) {
@@ -251,6 +270,8 @@ static void prepare_mode(struct wl *w)
 	}
 	if (!strcmp(w->mode, "seq") || !strcmp(w->mode, "random"))
 		timed_pass(w, !strcmp(w->mode, "random"));
+	if (!strcmp(w->mode, "mprotect-wait"))
+		wait_go();
 }
 
 static int report(struct wl *w, const char *role, size_t bad,
@@ -333,7 +354,7 @@ int main(int argc, char **argv)
 	pthread_t t[MAX_THREADS];
 	static const char *const go_modes[] = { NULL, "seq", "random",
 						"basic" };
-	int ready = -1, c, sig;
+	int ready = -1, c;
 	siginfo_t si;
 	sigset_t set;
 
@@ -369,11 +390,7 @@ int main(int argc, char **argv)
 		}
 	}
 	tell_ready(&w, ready);
-	do
-		sig = sigwaitinfo(&set, &si);
-	while (sig < 0 && errno == EINTR);
-	if (sig != SIGUSR1)
-		die("sigwaitinfo");
+	si = wait_go();
 	if (si.si_code == SI_QUEUE && si.si_value.sival_int > 0 &&
 	    si.si_value.sival_int < 4)
 		w.mode = go_modes[si.si_value.sival_int];
