@@ -25,10 +25,13 @@
  *             in the tree; after the check it is reaped and its status
  *             checked
  *   seq       read one word per page in order (timed), then check
+ *   seqtop    the same over the last eighth of region 0 only: memory a
+ *             background copy that starts at the lowest address reaches
+ *             last
  *   random    read one word per page in a random order (timed), then check
  *
- * A SIGUSR1 sent with sigqueue() and a value of 1, 2 or 3 runs seq, random
- * or basic instead of the mode the process was dumped with (one dump then
+ * A SIGUSR1 sent with sigqueue() and a value of 1, 2, 3 or 4 runs seq,
+ * random, basic or seqtop instead of the mode the process was dumped with (one dump then
  * serves every measurement of faultd-bench's criu scenario).
  *
  * Each process appends one line to FILE ("role=parent ok=1 bad=0 ...",
@@ -197,10 +200,11 @@ static void tell_ready(const struct wl *w, int fd)
 	close(fd);
 }
 
-/* One word per page of region 0, in order or in a random order. */
-static void timed_pass(struct wl *w, bool random)
+/* One word per page of region 0 from page @from on, in order or in a
+ * random order. */
+static void timed_pass(struct wl *w, bool random, size_t from)
 {
-	size_t pages = w->len / WL_PAGE;
+	size_t pages = w->len / WL_PAGE - from;
 	volatile uint64_t sink = 0;
 	uint32_t *order = NULL;
 	uint64_t x = w->seed | 1;
@@ -221,7 +225,7 @@ static void timed_pass(struct wl *w, bool random)
 		}
 	}
 	for (size_t i = 0; i < pages; i++) {
-		size_t pg = order ? order[i] : i;
+		size_t pg = from + (order ? order[i] : i);
 
 		sink += *(volatile uint64_t *)r0_at(w, pg * WL_PAGE);
 		if (i == 0)
@@ -269,7 +273,9 @@ static void prepare_mode(struct wl *w)
 		w->moved = to;
 	}
 	if (!strcmp(w->mode, "seq") || !strcmp(w->mode, "random"))
-		timed_pass(w, !strcmp(w->mode, "random"));
+		timed_pass(w, !strcmp(w->mode, "random"), 0);
+	if (!strcmp(w->mode, "seqtop"))
+		timed_pass(w, false, w->len / WL_PAGE / 8 * 7);
 	if (!strcmp(w->mode, "mprotect-wait"))
 		wait_go();
 }
@@ -353,7 +359,7 @@ int main(int argc, char **argv)
 	static struct slice sl[MAX_THREADS];
 	pthread_t t[MAX_THREADS];
 	static const char *const go_modes[] = { NULL, "seq", "random",
-						"basic" };
+						"basic", "seqtop" };
 	int ready = -1, c;
 	siginfo_t si;
 	sigset_t set;
@@ -392,7 +398,7 @@ int main(int argc, char **argv)
 	tell_ready(&w, ready);
 	si = wait_go();
 	if (si.si_code == SI_QUEUE && si.si_value.sival_int > 0 &&
-	    si.si_value.sival_int < 4)
+	    si.si_value.sival_int < 5)
 		w.mode = go_modes[si.si_value.sival_int];
 	return after_go(&w, t);
 }
