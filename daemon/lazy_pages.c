@@ -591,6 +591,12 @@ int lazy_pages_main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
+	/* Only this process says it is ready: not the keeper it starts. */
+	if (o.status_fd >= 0 && fcntl(o.status_fd, F_SETFD, FD_CLOEXEC)) {
+		fprintf(stderr, "faultd lazy-pages: --status-fd %d: %s\n",
+			o.status_fd, strerror(errno));
+		return 1;
+	}
 	if (o.daemonize && daemonize(&o, &ready))
 		return 1;
 	daemon_started_ms = now_ms();
