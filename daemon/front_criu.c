@@ -611,7 +611,8 @@ void criu_front_init(struct lazy_pages *lp)
  */
 int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 {
-	struct session_opts o = { .push = true, .around = lp->around,
+	struct session_opts o = { .push = true, .push_fair = true,
+				  .around = lp->around,
 				  .handlers = lp->handlers };
 	struct criu_fe *f = fe_new(lp, sock);
 	struct session *s = NULL;

@@ -214,7 +214,8 @@ static void *push_main(void *arg)
 	struct session *s = p->s;
 	unsigned int idle = 0;
 
-	setpriority(PRIO_PROCESS, (id_t)gettid(), PUSH_NICE);
+	if (!s->o.push_fair)
+		setpriority(PRIO_PROCESS, (id_t)gettid(), PUSH_NICE);
 	while (!atomic_load(&s->stop)) {
 		if (s->o.push_after_first && !atomic_load(&s->first_fault_ns)) {
 			push_wait(s, 1000);

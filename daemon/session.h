@@ -114,6 +114,10 @@ struct session_opts {
 	unsigned int handlers;	/* 0: one per CPU, at most 4 */
 	bool push;		/* push what nobody asked for */
 	bool push_after_first;	/* ... only once a fault came (prefetch) */
+	/* The push at the daemon's own priority, not nice 19: on a machine
+	 * busy with other work a nice 19 push all but stops, and a restore
+	 * that must end (CRIU's) waits for it. */
+	bool push_fair;
 	size_t around;		/* fault-around window; 0: 64 KiB */
 };
 
