@@ -376,6 +376,14 @@ static void conn_input(struct loop *l, struct conn *c)
 		conn_close(l, c, false);
 		return;
 	}
+	if (h->type == MSG_REGISTER && dopts.status_only) {
+		for (unsigned int i = 0; i < nfds; i++)
+			close(fds[i]);
+		proto_error_send(c->sock, -EOPNOTSUPP, "this socket answers "
+				 "STATUS only (faultd lazy-pages)");
+		conn_close(l, c, false);
+		return;
+	}
 	if (h->type == MSG_REGISTER && nfds == 2 && c->state == CONN_REQUEST) {
 		conn_register(l, c, (size_t)n, fds);
 		return;

@@ -23,6 +23,7 @@ struct task_mem {
 	size_t nr_lazy;
 	uint64_t size;		/* end of the last VMA */
 	int pages_fd;		/* pages-N.img, or -1 */
+	uint32_t pages_id;	/* its N */
 	bool remote;		/* some lazy pages are not in pages-N.img */
 	uint8_t id[32];
 };

@@ -102,6 +102,37 @@ ssize_t criu_task_lazy(const struct criu_dump *d, pid_t pid,
  */
 int criu_task_source(struct criu_dump *d, pid_t pid, struct source **sp);
 
+/* ---- criu_sum.c: per-page CRC32C of pages-N.img (CRIU has none) ---- */
+
+#define CRIU_SUM_BLOCK CRIU_PAGE_SIZE
+
+struct criu_sums;
+
+int criu_sums_write(const char *dir, const char *file, char *why,
+		    size_t whylen);
+int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
+		   size_t whylen);
+void criu_sums_free(struct criu_sums *s);
+const uint32_t *criu_sums_of(const struct criu_sums *s, uint32_t id,
+			     uint64_t size, uint64_t *nr);
+
+/*
+ * criu_dump_sums_match() - does @sums describe every pages file the live
+ * tasks of @d read, at its present size? 0, or -EBADMSG with @why.
+ */
+int criu_dump_sums_match(const struct criu_dump *d,
+			 const struct criu_sums *sums, char *why,
+			 size_t whylen);
+
+/*
+ * criu_task_source_checked() - criu_task_source(), with every page read
+ * checked against @sums (which must outlive the source; NULL: none): a
+ * read that holds a page whose CRC32C differs returns -EBADMSG, so the
+ * engine poisons that page and serves none of it.
+ */
+int criu_task_source_checked(struct criu_dump *d, pid_t pid,
+			     const struct criu_sums *sums, struct source **sp);
+
 /* ---- criu_ps.c: a CRIU page server ---- */
 
 struct criu_ps;

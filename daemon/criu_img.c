@@ -666,6 +666,7 @@ static int load_mem(struct criu_dump *d, pid_t pid, struct task_mem *m,
 		err = check_lazy_in_vmas(&pm, v, nv, name, why, whylen);
 	if (!err)
 		err = open_pages(d, &pm, name, m, why, whylen);
+	m->pages_id = pm.pages_id;
 	if (!err)
 		err = mem_pieces(m, &pm, v, nv);
 	if (!err)
@@ -816,6 +817,7 @@ int criu_mem_copy(const struct criu_dump *d, pid_t pid, bool with_fd,
 		return -ESRCH;
 	*out = (struct task_mem){ .nr = m->nr, .nr_lazy = m->nr_lazy,
 				  .size = m->size, .pages_fd = -1,
+				  .pages_id = m->pages_id,
 				  .remote = m->remote };
 	memcpy(out->id, m->id, sizeof(out->id));
 	out->p = malloc((m->nr ? m->nr : 1) * sizeof(*m->p));
@@ -835,6 +837,8 @@ int criu_mem_copy(const struct criu_dump *d, pid_t pid, bool with_fd,
 struct criu_src {
 	struct source s;
 	struct task_mem m;
+	const uint32_t *sum;	/* per page of pages-N.img; NULL: unchecked */
+	uint64_t nr_sum;
 };
 
 static struct criu_src *to_csrc(struct source *s)
@@ -845,6 +849,20 @@ static struct criu_src *to_csrc(struct source *s)
 static int csrc_extent(struct source *s, uint64_t off, struct src_extent *e)
 {
 	return criu_mem_extent(&to_csrc(s)->m, off, e);
+}
+
+/* Do the pages read from pages-N.img at @file_off match the sidecar? */
+static bool csrc_sums_ok(const struct criu_src *c, uint64_t file_off,
+			 const char *buf, size_t len)
+{
+	for (size_t o = 0; c->sum && o < len; o += CRIU_PAGE_SIZE) {
+		uint64_t i = (file_off + o) / CRIU_PAGE_SIZE;
+
+		if (i >= c->nr_sum ||
+		    crc32c(0, buf + o, CRIU_PAGE_SIZE) != c->sum[i])
+			return false;
+	}
+	return true;
 }
 
 static ssize_t csrc_read(struct source *s, uint64_t off, void *buf,
@@ -869,6 +887,9 @@ static ssize_t csrc_read(struct source *s, uint64_t off, void *buf,
 			      (char *)buf + done, (size_t)n);
 		if (got != (ssize_t)n)
 			return -EIO; /* an error, or truncated underneath */
+		if (!csrc_sums_ok(to_csrc(s), p->file_off + (at - p->start),
+				  (const char *)buf + done, (size_t)n))
+			return -EBADMSG;
 		done += (size_t)n;
 	}
 	return (ssize_t)len;
@@ -879,6 +900,8 @@ static void csrc_destroy(struct source *s)
 	struct criu_src *c = to_csrc(s);
 
 	criu_mem_free(&c->m);
+	if (c->s.keep_fd > 0)
+		close(c->s.keep_fd);
 	free(c);
 }
 
@@ -889,7 +912,36 @@ static const struct source_ops criu_src_ops = {
 	.destroy = csrc_destroy,
 };
 
-int criu_task_source(struct criu_dump *d, pid_t pid, struct source **sp)
+/* The sidecar's sums of the pages file @m reads (NULL: none of it). */
+static const uint32_t *mem_sums(const struct task_mem *m,
+				const struct criu_sums *sums, uint64_t *nr)
+{
+	struct stat st;
+
+	if (m->pages_fd < 0 || fstat(m->pages_fd, &st))
+		return NULL;
+	return criu_sums_of(sums, m->pages_id, (uint64_t)st.st_size, nr);
+}
+
+int criu_dump_sums_match(const struct criu_dump *d,
+			 const struct criu_sums *sums, char *why,
+			 size_t whylen)
+{
+	uint64_t nr;
+
+	for (size_t i = 0; i < d->nr_tasks; i++)
+		if (!d->tasks[i].zombie && !d->mem[i].remote &&
+		    !mem_sums(&d->mem[i], sums, &nr))
+			return why_set(why, whylen, -EBADMSG,
+				       "the sidecar has no sums of "
+				       "pages-%u.img as it is now (task %d)",
+				       d->mem[i].pages_id,
+				       (int)d->tasks[i].pid);
+	return 0;
+}
+
+int criu_task_source_checked(struct criu_dump *d, pid_t pid,
+			     const struct criu_sums *sums, struct source **sp)
 {
 	const struct task_mem *m = dump_mem(d, pid);
 	struct criu_src *c;
@@ -903,13 +955,25 @@ int criu_task_source(struct criu_dump *d, pid_t pid, struct source **sp)
 	if (!c)
 		return -ENOMEM;
 	err = criu_mem_copy(d, pid, true, &c->m);
+	if (!err && sums && !(c->sum = mem_sums(&c->m, sums, &c->nr_sum)))
+		err = -EBADMSG;
 	if (err) {
+		criu_mem_free(&c->m);
 		free(c);
 		return err;
 	}
 	c->s = (struct source){ .ops = &criu_src_ops, .size = c->m.size,
 				.page_size = CRIU_PAGE_SIZE };
+	/* What a restarted daemon checks the pages file by (persist.c). */
+	c->s.keep_fd = fcntl(c->m.pages_fd, F_DUPFD_CLOEXEC, 3);
+	if (c->s.keep_fd < 0)
+		c->s.keep_fd = 0;
 	memcpy(c->s.id, c->m.id, sizeof(c->s.id));
 	*sp = &c->s;
 	return 0;
+}
+
+int criu_task_source(struct criu_dump *d, pid_t pid, struct source **sp)
+{
+	return criu_task_source_checked(d, pid, NULL, sp);
 }

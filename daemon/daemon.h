@@ -39,6 +39,8 @@ struct daemon_opts {
 	bool no_keeper;		/* --no-keeper: a restart loses sessions */
 	bool fd_store;		/* --fd-store: systemd keeps them */
 	unsigned int keeper_grace_s;
+	bool status_only;	/* the socket answers STATUS, no REGISTER
+				   (faultd lazy-pages' control socket) */
 };
 
 extern struct daemon_opts dopts;

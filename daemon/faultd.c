@@ -38,6 +38,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "daemon.h"
+#include "front_criu.h"
 
 struct daemon_opts dopts = {
 	.max_sessions = 1024,
@@ -183,6 +184,8 @@ static void usage(FILE *f)
 		   "[--max-user-connections N]\n"
 		   "              [--handshake-timeout MS] [--keeper-grace S] "
 		   "[--no-keeper] [--fd-store] [-v]...\n"
+		   "       faultd lazy-pages -D DIR [-W WORKDIR] ... "
+		   "(faultd lazy-pages --help)\n"
 		   "       faultd keeper --socket PATH --grace SECONDS\n");
 }
 
@@ -288,6 +291,11 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "keeper"))
 		return keeper_cmd(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "lazy-pages")) {
+		std_fds();
+		raise_nofile();
+		return lazy_pages_main(argc - 1, argv + 1);
+	}
 	if (parse(argc, argv) < 0)
 		return 2;
 	std_fds();

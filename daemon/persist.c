@@ -359,7 +359,8 @@ static int record_make(struct session *s, struct ksession *r, int *fds,
 	r->pid = s->pid;
 	r->started_ns = s->started_ns;
 	r->o = (struct session_opts_rec){ s->o.push, s->o.push_after_first,
-					  s->nr_handlers, s->o.around };
+					  s->nr_handlers, s->o.push_fair,
+					  s->o.around };
 	if (s->nr_srcs > KSRC_MAX)
 		return -E2BIG;
 	add_fd(r, fds, s->record_fd, R_RECORD, 0);
@@ -536,6 +537,7 @@ static int adopt(struct session **sp, struct keep_entry *e,
 	const struct fe_kind *k = fe_kinds[r->fe];
 	struct session_opts o = { .push = r->o.push,
 				  .push_after_first = r->o.push_after_first,
+				  .push_fair = r->o.push_fair,
 				  .handlers = r->o.handlers,
 				  .around = r->o.around };
 	int srcs[KSRC_MAX];

@@ -45,7 +45,7 @@ struct fe_kind {
 
 /* The session options a record keeps. */
 struct session_opts_rec {
-	uint32_t push, push_after_first, handlers, reserved;
+	uint32_t push, push_after_first, handlers, push_fair;
 	uint64_t around;
 };
 

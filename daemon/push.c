@@ -214,9 +214,17 @@ static void *push_main(void *arg)
 	struct session *s = p->s;
 	unsigned int idle = 0;
 
-	setpriority(PRIO_PROCESS, (id_t)gettid(), PUSH_NICE);
+	if (!s->o.push_fair)
+		setpriority(PRIO_PROCESS, (id_t)gettid(), PUSH_NICE);
 	while (!atomic_load(&s->stop)) {
 		if (s->o.push_after_first && !atomic_load(&s->first_fault_ns)) {
+			push_wait(s, 1000);
+			continue;
+		}
+		/* Before the peer has registered everything, a page in no
+		 * mapping is one still to come: a push would find it gone
+		 * and try it again at once, for as long as the peer takes. */
+		if (!atomic_load(&s->settled)) {
 			push_wait(s, 1000);
 			continue;
 		}

@@ -240,6 +240,34 @@ int session_add_space(struct session *s, int uffd, pid_t pid, int pidfd,
 	return 0;
 }
 
+/*
+ * session_settle() - the peer has registered every range it will (CRIU:
+ * RSTF): a page in no mapping is gone from now on, and the push starts.
+ * Context: any thread.
+ */
+void session_settle(struct session *s)
+{
+	atomic_store(&s->settled, true);
+	pthread_cond_broadcast(&s->push_cond);
+}
+
+/*
+ * session_peer_done() - the front end needs its connection no more (the
+ * peer closed it and the session goes on without it): it leaves the
+ * control loop, is closed if the session owns it, and leaves the kept
+ * entry. Context: the control loop (the front end's peer_input).
+ */
+void session_peer_done(struct session *s)
+{
+	if (s->peer_fd < 0)
+		return;
+	epoll_ctl(s->ctl_epfd, EPOLL_CTL_DEL, s->peer_fd, NULL);
+	if (s->close_peer)
+		close(s->peer_fd);
+	s->peer_fd = -1;
+	session_persist(s);
+}
+
 /* ------------------------------------------------------------------------
  * Notes from the fault path.
  */

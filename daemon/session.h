@@ -114,6 +114,10 @@ struct session_opts {
 	unsigned int handlers;	/* 0: one per CPU, at most 4 */
 	bool push;		/* push what nobody asked for */
 	bool push_after_first;	/* ... only once a fault came (prefetch) */
+	/* The push at the daemon's own priority, not nice 19: on a machine
+	 * busy with other work a nice 19 push all but stops, and a restore
+	 * that must end (CRIU's) waits for it. */
+	bool push_fair;
 	size_t around;		/* fault-around window; 0: 64 KiB */
 };
 
@@ -206,6 +210,8 @@ int session_adopt_space(struct session *s, struct space *sp);
 int session_run(struct session *s);
 void session_set_identity(struct session *s, uint64_t id, uid_t uid,
 			  pid_t pid, uint64_t started_ns);
+void session_settle(struct session *s);
+void session_peer_done(struct session *s);
 bool daemon_stopping(void);
 void session_stop(struct session *s);
 void session_wake(struct session *s);

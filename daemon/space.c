@@ -81,6 +81,29 @@ static const struct sseg *seg_find(const struct space *sp, uint64_t off)
 	return NULL;
 }
 
+/*
+ * The first source offset at or after @off that a segment tracks, or
+ * UINT64_MAX: what a walk of pending pages skips to over what no segment
+ * tracks (a CRIU task's address space is mostly such gaps).
+ */
+static uint64_t seg_after(const struct space *sp, uint64_t off)
+{
+	size_t lo = 0, hi = sp->nseg;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const struct sseg *g = &sp->seg[mid];
+
+		if (g->off + g->len <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == sp->nseg)
+		return UINT64_MAX;
+	return sp->seg[lo].off > off ? sp->seg[lo].off : off;
+}
+
 /* The bit of source offset @off, if a segment tracks it. */
 static bool seg_bit(const struct space *sp, uint64_t off, uint64_t *bit)
 {
@@ -345,7 +368,7 @@ static void ev_remap(struct space *sp, uint64_t from, uint64_t to,
 		n = range_cut_locked(sp, from, from + len, moved);
 	if (n >= 0) /* what was at the target is gone (MREMAP_FIXED) */
 		ret = pages_unmapped_locked(sp, to, to + len);
-	if (n >= 0 && !ret) {
+	if (n >= 0 && ret >= 0) { /* ret: how many ranges were there */
 		for (ssize_t i = 0; i < n; i++)
 			moved[i].start = to + (moved[i].start - from);
 		range_insert_locked(sp, moved, (size_t)n);
@@ -402,8 +425,11 @@ static void space_event(struct ureader *rd, struct uport *p,
 		ev_unmap(sp, m->arg.remove.start, m->arg.remove.end);
 		break;
 	}
-	dlog(2, "%s: space %llu: event %#x", sp->s->o.name,
-	     (unsigned long long)sp->id, m->event);
+	dlog(2, "%s: space %llu: event %#x %#llx %#llx %#llx", sp->s->o.name,
+	     (unsigned long long)sp->id, m->event,
+	     (unsigned long long)m->arg.reserved.reserved1,
+	     (unsigned long long)m->arg.reserved.reserved2,
+	     (unsigned long long)m->arg.reserved.reserved3);
 }
 
 /* ------------------------------------------------------------------------
@@ -831,6 +857,18 @@ bool space_next_pending(struct space *sp, uint64_t from,
 
 		a = (a + sp->page_size - 1) & ~(uint64_t)(sp->page_size - 1);
 		for (; a < r->start + r->len; a += sp->page_size) {
+			uint64_t soff = r->src_off + (a - r->start), next;
+
+			if (!seg_bit(sp, soff, &bit)) {
+				/* Untracked: on to the next segment. */
+				next = seg_after(sp, soff);
+				if (next == UINT64_MAX ||
+				    next - r->src_off >= r->len)
+					break;
+				a = r->start + (next - r->src_off) -
+				    sp->page_size;
+				continue;
+			}
 			if (!page_pending(sp, r, a, &bit)) {
 				/* A whole word of done pages: skip it. */
 				if (bit % 64 == 0 &&

@@ -15,9 +15,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include <sys/un.h>
+
 #include "criu.h"
 #include "criu-images.pb-c.h"
 #include "criu/harness.h"
+#include "proto.h"
 
 TestSuite(criu, .init = h_setup, .fini = h_teardown, .timeout = 600);
 
@@ -874,4 +877,420 @@ Test(criu, page_server_mismatched_answer)
 	stub_stop(&st);
 	source_destroy(st.pages);
 	criu_dump_close(d);
+}
+
+/* ---- faultd lazy-pages: the drop-in for criu lazy-pages ---- */
+
+/* Wait for faultd @lp; it must exit with @code. */
+static void faultd_exits(pid_t lp, int code)
+{
+	int st = h_wait(lp, H_DEADLINE_MS);
+
+	cr_assert(st != -ETIMEDOUT, "faultd lazy-pages did not finish");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == code,
+		  "faultd lazy-pages: status %#x, expected exit %d (see %s)",
+		  st, code, h_path("faultd.out"));
+}
+
+/* criu restore --lazy-pages of dump folder @d; its exit code. */
+static int restore(const char *ns, const char *d)
+{
+	return h_criu(ns, "restore -D %s --lazy-pages -d -o rst.log",
+		      h_path(d));
+}
+
+/*
+ * Dump a workload of @mode (@mib MiB), restore it served by faultd
+ * lazy-pages, let it check itself; faultd must exit 0, all in. Returns
+ * the parent's result line in @line.
+ */
+static void faultd_restore(const char *mode, size_t mib, char *line,
+			   size_t len)
+{
+	struct h_task t;
+	pid_t lp;
+
+	h_workload(&t, NULL, mib, 51, mode);
+	h_dump(&t, NULL, "d");
+	lp = h_faultd_bg(NULL, "-D %s", h_path("d"));
+	cr_assert(lp > 0, "faultd lazy-pages did not start (see %s)",
+		  h_path("faultd.out"));
+	cr_assert_eq(restore(NULL, "d"), 0, "criu restore failed (see %s)",
+		     h_path("d/rst.log"));
+	h_go_and_check(&t, line, len);
+	faultd_exits(lp, 0);
+	cr_assert(h_faultd_said("faultd lazy-pages: all in: "));
+}
+
+#define FAULTD_MODE(mode)                                                      \
+	Test(criu, faultd_##mode)                                              \
+	{                                                                      \
+		char line[512];                                                \
+		faultd_restore(#mode, restore_mib(), line, sizeof(line));      \
+	}
+
+FAULTD_MODE(basic)
+FAULTD_MODE(threads)
+FAULTD_MODE(mremap)
+FAULTD_MODE(dontneed)
+FAULTD_MODE(mprotect)
+FAULTD_MODE(random)
+
+/* 512 MiB of pseudo-random memory (FAULTD_CRIU_BIG=0: the default size). */
+Test(criu, faultd_512m)
+{
+	const char *big = getenv("FAULTD_CRIU_BIG");
+	char line[512];
+
+	faultd_restore("basic", big && !strcmp(big, "0") ? restore_mib() : 512,
+		       line, sizeof(line));
+}
+
+Test(criu, faultd_zombie)
+{
+	char line[512];
+
+	faultd_restore("zombie", restore_mib(), line, sizeof(line));
+	cr_assert(strstr(line, "zombie_ok=1"), "%s", line);
+}
+
+/* The workload forks at once after the restore: both check every byte. */
+Test(criu, faultd_fork)
+{
+	char buf[4096], line[512];
+	int fd;
+	ssize_t n;
+
+	faultd_restore("fork", restore_mib(), line, sizeof(line));
+	fd = open(h_path("result"), O_RDONLY);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	cr_assert(n > 0);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, "role=child") && strstr(buf, "role=parent"),
+		  "%s", buf);
+}
+
+/*
+ * The process is left idle: the push alone brings every page in, and
+ * faultd exits before the process reads anything.
+ */
+Test(criu, faultd_all_in_idle)
+{
+	char line[512];
+	struct h_task t;
+	pid_t lp;
+
+	h_workload(&t, NULL, restore_mib(), 53, "basic");
+	h_dump(&t, NULL, "d");
+	lp = h_faultd_bg(NULL, "-D %s", h_path("d"));
+	cr_assert(lp > 0);
+	cr_assert_eq(restore(NULL, "d"), 0);
+	faultd_exits(lp, 0);
+	h_go_and_check(&t, line, sizeof(line));
+}
+
+/* Is there a read-only VMA in region 0 of @pid (the mprotect split)? */
+static bool split_seen(pid_t pid, const struct h_task *t)
+{
+	char path[64], l[512];
+	bool seen = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	while (f && !seen && fgets(l, sizeof(l), f)) {
+		unsigned long a, b;
+		char prot[8];
+
+		seen = sscanf(l, "%lx-%lx %7s", &a, &b, prot) == 3 &&
+		       a > t->r0 && b < t->r0 + t->r0_len &&
+		       !strcmp(prot, "r--p");
+	}
+	if (f)
+		fclose(f);
+	return seen;
+}
+
+/*
+ * An mprotect() inside a lazy range while the background copy is still
+ * to cross it, and nobody faults there: CRIU retries the same copy over
+ * the split for ever; faultd must take the copy apart and bring every
+ * page in by itself.
+ */
+Test(criu, faultd_mprotect_split_push)
+{
+	char line[512];
+	struct h_task t;
+	pid_t lp;
+
+	h_workload(&t, NULL, restore_mib(), 55, "mprotect-wait");
+	h_dump(&t, NULL, "d");
+	lp = h_faultd_bg(NULL, "-D %s", h_path("d"));
+	cr_assert(lp > 0);
+	cr_assert_eq(restore(NULL, "d"), 0);
+	cr_assert_eq(kill(t.pid, SIGUSR1), 0);
+	while (!split_seen(t.pid, &t))
+		cr_assert_eq(kill(t.pid, 0), 0, "the workload died");
+	faultd_exits(lp, 0);
+	h_go_and_check(&t, line, sizeof(line));
+}
+
+/* ---- bad images: a clear error, and the restore fails ---- */
+
+static void faultd_refuses(const char *d, const char *words)
+{
+	pid_t lp = h_faultd_bg(NULL, "-D %s", h_path(d));
+
+	cr_assert(lp < 0, "faultd lazy-pages started on a bad dump");
+	faultd_exits(-lp, 1);
+	cr_assert(h_faultd_said(words), "faultd did not say \"%s\" (see %s)",
+		  words, h_path("faultd.out"));
+	/* Nobody listens: criu restore fails, nothing is served as zeros. */
+	cr_assert_neq(restore(NULL, d), 0);
+}
+
+Test(criu, faultd_bad_images)
+{
+	char p[256];
+	struct h_task t;
+	int fd;
+
+	h_workload(&t, NULL, 4, 57, "basic");
+	h_dump(&t, NULL, "good");
+
+	copy_dump("good", "short");
+	snprintf(p, sizeof(p), "%s/pages-1.img", h_path("short"));
+	fd = open(p, O_WRONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(ftruncate(fd, lseek(fd, 0, SEEK_END) - 4096), 0);
+	close(fd);
+	faultd_refuses("short", "pages-1.img: truncated");
+
+	copy_dump("good", "entry");
+	edit_pagemap("entry", t.pid, 2, e_unaligned);
+	faultd_refuses("entry", "unaligned");
+
+	copy_dump("good", "nomm");
+	snprintf(p, sizeof(p), "%s/mm-%d.img", h_path("nomm"), (int)t.pid);
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "mm-%d.img", (int)t.pid);
+	faultd_refuses("nomm", p);
+	/* The workload was never restored: it is not running. */
+	cr_assert_eq(kill(t.pid, 0), -1);
+}
+
+/* ---- --verify: pages checked against the --sum sidecar ---- */
+
+Test(criu, faultd_verify_poisons)
+{
+	char p[256], page[4096];
+	struct h_task t;
+	pid_t lp;
+	int fd, st;
+
+	h_workload(&t, NULL, 8, 59, "basic");
+	h_dump(&t, NULL, "d");
+	snprintf(p, sizeof(p), "lazy-pages --sum");
+	cr_assert_eq(h_run(NULL, h_path("sum.out"),
+			   h_words(getenv("FAULTD"), p)), 2,
+		     "--sum without -D is a usage error");
+	snprintf(p, sizeof(p), "lazy-pages --sum -D %s", h_path("d"));
+	cr_assert_eq(h_run(NULL, h_path("sum.out"),
+			   h_words(getenv("FAULTD"), p)), 0);
+	/* One page of pages-1.img goes bad after the sidecar was made. */
+	snprintf(p, sizeof(p), "%s/pages-1.img", h_path("d"));
+	fd = open(p, O_RDWR);
+	cr_assert(fd >= 0);
+	cr_assert_eq(pread(fd, page, sizeof(page), 4096 * 100), 4096);
+	page[17] ^= 0x40;
+	cr_assert_eq(pwrite(fd, page, sizeof(page), 4096 * 100), 4096);
+	close(fd);
+	lp = h_faultd_bg(NULL, "-D %s --verify %s/faultd-pages.crc32c",
+			 h_path("d"), h_path("d"));
+	cr_assert(lp > 0, "see %s", h_path("faultd.out"));
+	cr_assert_eq(restore(NULL, "d"), 0);
+	/* The bad page is poisoned: reading it kills the process with
+	 * SIGBUS, never with a wrong byte seen. */
+	cr_assert_eq(kill(t.pid, SIGUSR1), 0);
+	st = h_wait(t.pid, H_DEADLINE_MS);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+		  "the workload: status %#x, not SIGBUS", st);
+	faultd_exits(lp, 1);
+	cr_assert(h_faultd_said("poisoned"), "see %s", h_path("faultd.out"));
+	cr_assert(h_faultd_said("restore incomplete"));
+}
+
+/* ---- the socket: only root and the daemon's user ---- */
+
+Test(criu, faultd_socket_refused)
+{
+	char p[256];
+	struct h_task t;
+	struct stat st;
+	pid_t lp, child;
+	int fd, s;
+
+	h_workload(&t, NULL, 4, 61, "basic");
+	h_dump(&t, NULL, "d");
+	/* A path that is there and not a socket of ours: refused. */
+	snprintf(p, sizeof(p), "%s/lazy-pages.socket", h_path("d"));
+	fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	cr_assert(fd >= 0);
+	close(fd);
+	lp = h_faultd_bg(NULL, "-D %s", h_path("d"));
+	cr_assert(lp < 0);
+	faultd_exits(-lp, 1);
+	cr_assert(h_faultd_said("is not a socket of this user"));
+	cr_assert_eq(unlink(p), 0);
+
+	/* A socket 0600 from its bind on: another user cannot connect. */
+	lp = h_faultd_bg(NULL, "-D %s", h_path("d"));
+	cr_assert(lp > 0);
+	cr_assert_eq(stat(p, &st), 0);
+	cr_assert(S_ISSOCK(st.st_mode));
+	cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+	child = fork();
+	if (child == 0) {
+		struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+		strcpy(a.sun_path, p);
+		if (setgid(65534) || setuid(65534))
+			_exit(3);
+		s = socket(AF_UNIX, SOCK_STREAM, 0);
+		_exit(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0 ? 1
+			      : errno == EACCES		      ? 0
+								      : 2);
+	}
+	st.st_mode = (mode_t)h_wait(child, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st.st_mode) && WEXITSTATUS(st.st_mode) == 0,
+		  "user nobody: %#x (1: it connected)", st.st_mode);
+	/* The daemon still serves the restore of root. */
+	cr_assert_eq(restore(NULL, "d"), 0);
+	{
+		char line[512];
+
+		h_go_and_check(&t, line, sizeof(line));
+	}
+	faultd_exits(lp, 0);
+}
+
+/* ---- kill -9 after RSTF, and a restart that adopts the restore ---- */
+
+/* Pages in and total of the session faultd reports on its control
+ * socket; false when it does not answer (it exited). */
+static bool faultd_progress(const char *d, uint64_t *in, uint64_t *total)
+{
+	static char buf[PROTO_MAX_MSG];
+	struct proto_status *st = (void *)buf;
+	struct proto_hello hello;
+	struct proto_hdr req;
+	char path[256];
+	ssize_t n;
+	int s;
+
+	snprintf(path, sizeof(path), "%s/lazy-pages.socket.ctl", h_path(d));
+	s = proto_connect(path);
+	if (s < 0)
+		return false;
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	n = proto_hello(s, 0, &hello);
+	if (!n)
+		n = proto_call(s, &req, NULL, 0, st, sizeof(buf));
+	close(s);
+	if (n <= 0 || st->h.type != MSG_STATUS || st->nr_sessions != 1)
+		return false;
+	*in = st->s[0].pages_urgent + st->s[0].pages_background;
+	*total = st->s[0].pages_total;
+	return true;
+}
+
+static unsigned int kill_rounds(void)
+{
+	const char *s = getenv("FAULTD_CRIU_KILLS");
+
+	return s && atoi(s) > 0 ? (unsigned int)atoi(s) : 10;
+}
+
+/*
+ * Kill faultd once at least @tenth tenths of the pages are in (0: right
+ * after criu restore returned); the workload runs already (@go_first) or
+ * is told to go after the restart. The restarted faultd adopts the
+ * restore from the keeper and finishes it; every byte must be right.
+ */
+static void kill_once(struct h_task *t, unsigned int tenth, bool go_first)
+{
+	uint64_t in = 0, total = 1;
+	pid_t lp = h_faultd_bg(NULL, "-D %s", h_path("d")), lp2;
+	int st;
+
+	cr_assert(lp > 0);
+	unlink(h_path("result"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	if (go_first)
+		cr_assert_eq(kill(t->pid, SIGUSR1), 0);
+	while (tenth && faultd_progress("d", &in, &total) &&
+	       in * 10 < total * tenth)
+		;
+	kill(lp, SIGKILL);
+	st = h_wait(lp, H_DEADLINE_MS);
+	cr_assert(st != -ETIMEDOUT);
+	if (WIFSIGNALED(st)) { /* else it was all in before the kill */
+		lp2 = h_faultd_bg(NULL, "-D %s", h_path("d"));
+		cr_assert(lp2 > 0, "the restarted faultd did not start (see "
+			  "%s)", h_path("faultd.out"));
+		cr_assert(h_faultd_said("adopted the restore"));
+	} else {
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%#x", st);
+		lp2 = 0;
+	}
+	if (!go_first)
+		cr_assert_eq(kill(t->pid, SIGUSR1), 0);
+	st = h_wait(t->pid, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "kill at %u/10 (go %s): the workload: %#x", tenth,
+		  go_first ? "first" : "after", st);
+	if (lp2)
+		faultd_exits(lp2, 0);
+	cr_log_info("kill at >= %u/10 (%llu of %llu pages in)", tenth,
+		    (unsigned long long)in, (unsigned long long)total);
+}
+
+Test(criu, faultd_kill_restart)
+{
+	struct h_task t;
+	unsigned int n = kill_rounds();
+
+	h_workload(&t, NULL, restore_mib(), 63, "basic");
+	h_dump(&t, NULL, "d");
+	/* One dump, restored n times: each restore's process exits after
+	 * its check, and its pid is free again. */
+	for (unsigned int i = 0; i < n; i++)
+		kill_once(&t, i % 10, i % 2);
+}
+
+/* ---- --page-server: criu page-server in A, faultd and restore in B ---- */
+
+Test(criu, faultd_page_server, .fini = net_fini)
+{
+	char line[512];
+	struct h_task t;
+	pid_t server, lp;
+	int st;
+
+	h_net_up(&net);
+	h_workload(&t, NULL, 16, 65, "basic");
+	h_dump(&t, NULL, "d");
+	server = h_criu_bg(net.a, "page-server --lazy-pages -D %s --address "
+			   "%s --port %d -o ps.log", h_path("d"), net.a_ip,
+			   PS_PORT);
+	lp = h_faultd_bg(net.b, "--page-server --address %s --port %d -D %s",
+			 net.a_ip, PS_PORT, h_path("d"));
+	cr_assert(lp > 0, "see %s", h_path("faultd.out"));
+	cr_assert_eq(restore(net.b, "d"), 0, "see %s", h_path("d/rst.log"));
+	h_go_and_check(&t, line, sizeof(line));
+	faultd_exits(lp, 0);
+	st = h_wait(server, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "criu page-server: %#x (see %s/ps.log)", st, h_path("d"));
 }

@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,6 +449,64 @@ static inline uint64_t h_field(const char *line, const char *name)
 	p = strstr(line, key);
 	cr_assert(p, "no %s in %s", name, line);
 	return strtoull(p + strlen(key), NULL, 0);
+}
+
+/*
+ * Start `faultd lazy-pages` ($FAULTD) with the words of @fmt and
+ * "--status-fd N" in @ns, and wait until it says it listens. Returns its
+ * pid, or -pid when it exited without saying so (its output is in
+ * faultd.out).
+ */
+__attribute__((format(printf, 2, 3))) static inline pid_t
+h_faultd_bg(const char *ns, const char *fmt, ...)
+{
+	static char line[1024];
+	char c, **argv;
+	int p[2];
+	size_t n;
+	va_list ap;
+	pid_t pid;
+	struct pollfd pf;
+	ssize_t got;
+
+	cr_assert(getenv("FAULTD"), "FAULTD not set (run through meson test)");
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	n = (size_t)snprintf(line, sizeof(line), "lazy-pages ");
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+	va_end(ap);
+	n = strlen(line);
+	snprintf(line + n, sizeof(line) - n, " --status-fd %d", p[1]);
+	argv = h_words(getenv("FAULTD"), line);
+	pid = h_spawn(ns, h_path("faultd.out"), p[1], argv);
+	close(p[1]);
+	pf = (struct pollfd){ .fd = p[0], .events = POLLIN };
+	cr_assert_eq(poll(&pf, 1, H_DEADLINE_MS), 1, "faultd: not ready");
+	got = read(p[0], &c, 1);
+	/* Then the end of the pipe, as criu lazy-pages gives it: nothing it
+	 * started (its keeper) holds the pipe open. */
+	if (got == 1) {
+		cr_assert_eq(poll(&pf, 1, H_DEADLINE_MS), 1);
+		cr_assert_eq(read(p[0], &c, 1), 0, "the status pipe stays "
+			     "open after its byte");
+	}
+	close(p[0]);
+	return got == 1 ? pid : -pid;
+}
+
+/* Does faultd.out hold @words? */
+static inline bool h_faultd_said(const char *words)
+{
+	char buf[16384];
+	int fd = open(h_path("faultd.out"), O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, words) != NULL;
 }
 
 #endif

@@ -19,14 +19,19 @@
  *   mremap    move the second half of region 0, check it at its new place
  *   dontneed  MADV_DONTNEED a quarter of region 0 first: it must read zeros
  *   mprotect  make 8 pages in the middle read-only first (splits the VMA)
+ *   mprotect-wait  the same, then wait for a second SIGUSR1 before the
+ *             check: the background copy alone must cross the split
  *   zombie    a child that exited with 42 before the dump stays a zombie
  *             in the tree; after the check it is reaped and its status
  *             checked
  *   seq       read one word per page in order (timed), then check
+ *   seqtop    the same over the last eighth of region 0 only: memory a
+ *             background copy that starts at the lowest address reaches
+ *             last
  *   random    read one word per page in a random order (timed), then check
  *
- * A SIGUSR1 sent with sigqueue() and a value of 1, 2 or 3 runs seq, random
- * or basic instead of the mode the process was dumped with (one dump then
+ * A SIGUSR1 sent with sigqueue() and a value of 1, 2, 3 or 4 runs seq,
+ * random, basic or seqtop instead of the mode the process was dumped with (one dump then
  * serves every measurement of faultd-bench's criu scenario).
  *
  * Each process appends one line to FILE ("role=parent ok=1 bad=0 ...",
@@ -195,10 +200,11 @@ static void tell_ready(const struct wl *w, int fd)
 	close(fd);
 }
 
-/* One word per page of region 0, in order or in a random order. */
-static void timed_pass(struct wl *w, bool random)
+/* One word per page of region 0 from page @from on, in order or in a
+ * random order. */
+static void timed_pass(struct wl *w, bool random, size_t from)
 {
-	size_t pages = w->len / WL_PAGE;
+	size_t pages = w->len / WL_PAGE - from;
 	volatile uint64_t sink = 0;
 	uint32_t *order = NULL;
 	uint64_t x = w->seed | 1;
@@ -219,7 +225,7 @@ static void timed_pass(struct wl *w, bool random)
 		}
 	}
 	for (size_t i = 0; i < pages; i++) {
-		size_t pg = order ? order[i] : i;
+		size_t pg = from + (order ? order[i] : i);
 
 		sink += *(volatile uint64_t *)r0_at(w, pg * WL_PAGE);
 		if (i == 0)
@@ -230,13 +236,30 @@ static void timed_pass(struct wl *w, bool random)
 	free(order);
 }
 
+/* Wait for SIGUSR1 (blocked since the start). */
+static siginfo_t wait_go(void)
+{
+	siginfo_t si;
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	do
+		sig = sigwaitinfo(&set, &si);
+	while (sig < 0 && errno == EINTR);
+	if (sig != SIGUSR1)
+		die("sigwaitinfo");
+	return si;
+}
+
 /* What the mode does before the check. */
 static void prepare_mode(struct wl *w)
 {
 	if (!strcmp(w->mode, "dontneed") &&
 	    madvise(w->r0 + w->len / 4, w->len / 4, MADV_DONTNEED))
 		die("madvise");
-	if (!strcmp(w->mode, "mprotect") &&
+	if (!strncmp(w->mode, "mprotect", 8) &&
 	    mprotect(w->r0 + w->len / 2 + 3 * WL_PAGE, 8 * WL_PAGE, PROT_READ))
 		die("mprotect");
 	if (!strcmp(w->mode, "mremap")) {
@@ -250,7 +273,11 @@ static void prepare_mode(struct wl *w)
 		w->moved = to;
 	}
 	if (!strcmp(w->mode, "seq") || !strcmp(w->mode, "random"))
-		timed_pass(w, !strcmp(w->mode, "random"));
+		timed_pass(w, !strcmp(w->mode, "random"), 0);
+	if (!strcmp(w->mode, "seqtop"))
+		timed_pass(w, false, w->len / WL_PAGE / 8 * 7);
+	if (!strcmp(w->mode, "mprotect-wait"))
+		wait_go();
 }
 
 static int report(struct wl *w, const char *role, size_t bad,
@@ -332,8 +359,8 @@ int main(int argc, char **argv)
 	static struct slice sl[MAX_THREADS];
 	pthread_t t[MAX_THREADS];
 	static const char *const go_modes[] = { NULL, "seq", "random",
-						"basic" };
-	int ready = -1, c, sig;
+						"basic", "seqtop" };
+	int ready = -1, c;
 	siginfo_t si;
 	sigset_t set;
 
@@ -369,13 +396,9 @@ int main(int argc, char **argv)
 		}
 	}
 	tell_ready(&w, ready);
-	do
-		sig = sigwaitinfo(&set, &si);
-	while (sig < 0 && errno == EINTR);
-	if (sig != SIGUSR1)
-		die("sigwaitinfo");
+	si = wait_go();
 	if (si.si_code == SI_QUEUE && si.si_value.sival_int > 0 &&
-	    si.si_value.sival_int < 4)
+	    si.si_value.sival_int < 5)
 		w.mode = go_modes[si.si_value.sival_int];
 	return after_go(&w, t);
 }

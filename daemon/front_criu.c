@@ -1,0 +1,636 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * front_criu.c - CRIU's lazy-pages stream as a session (faultd(8),
+ * "faultd lazy-pages"; the command is lazy_pages.c).
+ *
+ * `criu restore --lazy-pages` connects to WORKDIR/lazy-pages.socket and
+ * sends, for every task of pstree.img, the task's pid in the dump (int32)
+ * and then its userfaultfd (a 1-byte message with SCM_RIGHTS); a zombie
+ * sends -pid and nothing more. At the end it sends u32 RSTF; it never
+ * reads. EOF without RSTF: the restore failed.
+ *
+ * A task becomes a space as soon as its descriptor arrives, and its faults
+ * are served at once, before the restore is over: the space maps the
+ * task's address space onto itself (client address = dump-time address =
+ * offset in the task's source, criu.h) and tracks the task's lazy pages.
+ * Until RSTF the session is not settled (a page in no registered mapping
+ * may be one still to come) and nothing is pushed. After RSTF the push
+ * runs; when every task's lazy pages are in (or gone with the task, or
+ * with an munmap), the session ends: one status line, and the command
+ * exits 0, the only "all in" signal CRIU's callers know.
+ *
+ * Each message is handled before it is taken off the stream (read with
+ * MSG_PEEK, which also hands over a copy of the descriptor) and the
+ * session is kept (persist.c) before it is taken: a faultd lazy-pages
+ * killed at any moment and started again with the same flags adopts the
+ * session from its keeper, finds the message again at the head of the
+ * stream and knows it (a task it has, RSTF it recorded) - nothing is lost
+ * and nothing is answered with zeros.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "criu.h"
+#include "front_criu.h"
+
+#define RSTF 0x52535446u	/* "ReSTore Finished" (CRIU's uffd.c) */
+#define BLOB_VERSION 1
+#define TASKS_MAX 1800		/* as fits the record's blob */
+#define ANCESTORS_MAX 64
+
+struct criu_fe {
+	struct lazy_pages *lp;
+	int sock;
+	bool rstf;		/* RSTF came: every task has its space */
+	bool finished;		/* the status line is out */
+	bool failed;		/* a failure was logged: exit non-zero */
+	unsigned int zombies;
+	unsigned int nr_pids;
+	int32_t pid[TASKS_MAX];	/* the task of each of the session's sources */
+};
+
+/* What a restarted faultd needs of the front end (the record's blob). */
+struct criu_blob {
+	uint32_t version;
+	uint32_t rstf;
+	uint32_t zombies;
+	uint32_t nr_pids;
+	int32_t pid[TASKS_MAX];
+};
+
+_Static_assert(sizeof(struct criu_blob) <= 8192, "fits the record");
+
+static struct lazy_pages *lp_ctx;	/* the command's, for adopt() */
+
+/* ------------------------------------------------------------------------
+ * Sources.
+ */
+
+/* A source of a task the dump does not have (a restart with another -D):
+ * every read fails, so its pages are poisoned, never served wrong. */
+static ssize_t stale_read(struct source *s, uint64_t off, void *buf,
+			  size_t len)
+{
+	(void)s, (void)off, (void)buf, (void)len;
+	return -ESTALE;
+}
+
+static int stale_extent(struct source *s, uint64_t off, struct src_extent *e)
+{
+	*e = (struct src_extent){ off & ~(uint64_t)(s->page_size - 1),
+				  s->page_size, SRC_DATA };
+	return 0;
+}
+
+static void stale_destroy(struct source *s)
+{
+	free(s);
+}
+
+static const struct source_ops stale_ops = {
+	.name = "criu-stale",
+	.read = stale_read,
+	.extent = stale_extent,
+	.destroy = stale_destroy,
+};
+
+static int stale_source(struct source **sp)
+{
+	struct source *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	*s = (struct source){ .ops = &stale_ops, .size = UINT64_MAX & ~4095ull,
+			      .page_size = CRIU_PAGE_SIZE, .stale = true };
+	*sp = s;
+	return 0;
+}
+
+/* The source of task @pid: its pages-N.img (checked against the sidecar,
+ * if any) or the page server. */
+static int task_source(struct lazy_pages *lp, pid_t pid, struct source **sp)
+{
+	if (lp->ps)
+		return criu_page_server_source(lp->dump, pid, lp->ps, sp);
+	return criu_task_source_checked(lp->dump, pid, lp->sums, sp);
+}
+
+/* ------------------------------------------------------------------------
+ * Tasks.
+ */
+
+/* The parent of process @pid (from /proc), or -1. */
+static pid_t proc_ppid(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	int ppid = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+	    sscanf(p + 1, " %*c %d", &ppid) != 1)
+		ppid = -1;
+	fclose(f);
+	return ppid;
+}
+
+/*
+ * The pidfd of restored task @pid, or -1: a pid of the dump names the
+ * task only where the restore did not make a new pid namespace, so the
+ * process must be a descendant of the criu restore that connected
+ * (@criu), which holds its tree until RSTF. A space without a pidfd sees
+ * its task's end when an install finds the process gone (ESRCH).
+ */
+static int task_pidfd(pid_t criu, pid_t pid)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	pid_t p = pid;
+
+	for (int i = 0; fd >= 0 && i < ANCESTORS_MAX && p > 1; i++) {
+		p = proc_ppid(p);
+		if (p == criu &&
+		    !syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0))
+			return fd;
+	}
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+static bool have_task(const struct criu_fe *f, pid_t pid)
+{
+	for (unsigned int i = 0; i < f->nr_pids; i++)
+		if (f->pid[i] == pid)
+			return true;
+	return false;
+}
+
+/* The dump's task @pid, or NULL. */
+static const struct criu_task *dump_task(const struct lazy_pages *lp,
+					 pid_t pid)
+{
+	const struct criu_task *t;
+	size_t n = criu_dump_tasks(lp->dump, &t);
+
+	for (size_t i = 0; i < n; i++)
+		if (t[i].pid == pid)
+			return &t[i];
+	return NULL;
+}
+
+/* The space of task @pid: the identity map of its address space. */
+static int add_space(struct session *s, struct criu_fe *f, pid_t pid,
+		     int uffd, struct source *src, const char **why)
+{
+	const struct criu_range *lazy;
+	ssize_t n = criu_task_lazy(f->lp->dump, pid, &lazy);
+	struct srange r = { 0, src->size, 0 };
+	struct sseg *seg = calloc(n > 0 ? (size_t)n : 1, sizeof(*seg));
+	int pidfd, ret;
+
+	if (!seg)
+		return -ENOMEM;
+	for (ssize_t i = 0; i < n; i++)
+		seg[i] = (struct sseg){ lazy[i].start, lazy[i].len, 0 };
+	pidfd = task_pidfd(s->pid, pid);
+	ret = session_add_space(s, uffd, pidfd >= 0 ? pid : 0, pidfd,
+				(uint64_t)pid, src, &r, 1, seg,
+				n > 0 ? (size_t)n : 0, why, NULL);
+	if (ret && pidfd >= 0)
+		close(pidfd);
+	free(seg);
+	return ret;
+}
+
+/*
+ * A task's userfaultfd: its source, its space, served from now on and
+ * kept (session_add_space() puts the session again) before the message
+ * is taken off the stream. Returns 0 or -errno (logged).
+ */
+static int take_task(struct session *s, struct criu_fe *f, pid_t pid,
+		     int uffd)
+{
+	const struct criu_task *t = dump_task(f->lp, pid);
+	struct source *src = NULL;
+	const char *why = "the dump has no such live task";
+	int ret = t && !t->zombie ? check_uffd(uffd, &why) : -ESRCH;
+
+	if (!ret && f->nr_pids == TASKS_MAX) {
+		why = "too many tasks";
+		ret = -E2BIG;
+	}
+	if (!ret) {
+		why = "cannot make its source";
+		ret = task_source(f->lp, pid, &src);
+	}
+	if (!ret && (ret = session_own_source(s, src)))
+		source_destroy(src);
+	if (!ret) {
+		f->pid[f->nr_pids++] = pid;
+		ret = add_space(s, f, pid, uffd, src, &why);
+		if (ret)
+			f->nr_pids--; /* its source stays, unused */
+	}
+	if (ret)
+		dlog(0, "%s: task %d: %s: %s", s->o.name, (int)pid, why,
+		     strerror(-ret));
+	else
+		dlog(1, "%s: task %d: served", s->o.name, (int)pid);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * The stream.
+ */
+
+/* recvmsg() of up to @len bytes and the descriptor they carry (*fd, -1:
+ * none). Returns the bytes, 0 at EOF, or -errno. */
+static ssize_t recv_fd(int sock, int flags, void *buf, size_t len, int *fd)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { buf, len };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = c.buf,
+			    .msg_controllen = sizeof(c.buf) };
+	ssize_t n = recvmsg(sock, &m, flags | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	*fd = -1;
+	if (n < 0)
+		return -errno;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm;
+	     cm = CMSG_NXTHDR(&m, cm)) {
+		int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (int i = 0; i < k; i++) {
+			int x;
+
+			memcpy(&x, CMSG_DATA(cm) + i * sizeof(int), sizeof(x));
+			if (*fd < 0)
+				*fd = x;
+			else
+				close(x); /* one is all a message carries */
+		}
+	}
+	return n;
+}
+
+/* Take @len bytes (and a descriptor copy) off the stream, seen already. */
+static void consume(int sock, size_t len)
+{
+	char buf[8];
+	int fd;
+
+	if (recv_fd(sock, 0, buf, len, &fd) >= 0 && fd >= 0)
+		close(fd);
+}
+
+static void criu_finish(struct session *s, struct criu_fe *f);
+
+/* RSTF: kept as seen before it is taken, then the push starts. */
+static bool on_rstf(struct session *s, struct criu_fe *f)
+{
+	const struct criu_task *t;
+	size_t n = criu_dump_tasks(f->lp->dump, &t);
+
+	if (!f->rstf) {
+		f->rstf = true;
+		session_settle(s);
+		session_persist(s);
+		dlog(1, "%s: restore finished (RSTF): %u tasks, %u zombies",
+		     s->o.name, f->nr_pids, f->zombies);
+		if (f->nr_pids + f->zombies < n)
+			dlog(0, "%s: RSTF before %zu of the dump's %zu tasks "
+				"sent their userfaultfd", s->o.name,
+			     n - f->nr_pids - f->zombies, n);
+	}
+	consume(f->sock, 4);
+	if (session_all_in(s))
+		criu_finish(s, f);
+	return true;
+}
+
+/* The stream ended. */
+static bool on_eof(struct session *s, struct criu_fe *f)
+{
+	if (f->rstf) {
+		session_peer_done(s);
+		return true;
+	}
+	dlog(0, "%s: criu restore closed its connection before RSTF: the "
+		"restore failed", s->o.name);
+	f->failed = true;
+	return false;
+}
+
+/* A task's pid and, with it, its descriptor (peeked: not taken yet). */
+static bool on_task(struct session *s, struct criu_fe *f, int32_t pid)
+{
+	char buf[5];
+	int fd;
+	ssize_t n = recv_fd(f->sock, MSG_PEEK, buf, sizeof(buf), &fd);
+
+	if (n == 4 && fd < 0) {
+		sched_yield(); /* its descriptor follows: the sender is in
+				  the middle of its two sends */
+		return true;
+	}
+	if (n != 5 || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		dlog(0, "%s: task %d: no userfaultfd with its pid: not CRIU's "
+			"stream", s->o.name, (int)pid);
+		f->failed = true;
+		return false;
+	}
+	if (have_task(f, pid)) { /* seen by a faultd before this one */
+		close(fd);
+		consume(f->sock, 5);
+		return true;
+	}
+	if (take_task(s, f, pid, fd)) {
+		close(fd);
+		f->failed = true;
+		return false;
+	}
+	consume(f->sock, 5);
+	return true;
+}
+
+static bool on_zombie(struct session *s, struct criu_fe *f, int32_t pid)
+{
+	const struct criu_task *t = dump_task(f->lp, -pid);
+
+	if (!t || !t->zombie) {
+		dlog(0, "%s: %d: not a zombie of the dump", s->o.name,
+		     (int)-pid);
+		f->failed = true;
+		return false;
+	}
+	f->zombies++;
+	session_persist(s);
+	consume(f->sock, 4);
+	return true;
+}
+
+/* The next message of criu restore. Returns false: end the session. */
+static bool criu_peer_input(struct session *s)
+{
+	struct criu_fe *f = s->fe_data;
+	uint32_t v;
+	int fd;
+	ssize_t n = recv_fd(f->sock, MSG_PEEK, &v, sizeof(v), &fd);
+
+	if (fd >= 0)
+		close(fd);
+	if (n == -EAGAIN || n == -EINTR)
+		return true;
+	if (n == 0 || n == -ECONNRESET)
+		return on_eof(s, f);
+	if (n != sizeof(v) || (f->rstf && v != RSTF)) {
+		dlog(0, "%s: %s", s->o.name,
+		     n < 0 ? strerror((int)-n)
+			   : "a message that is not of CRIU's stream");
+		f->failed = true;
+		return false;
+	}
+	if (v == RSTF)
+		return on_rstf(s, f);
+	if ((int32_t)v < 0 && (int32_t)v != INT32_MIN)
+		return on_zombie(s, f, (int32_t)v);
+	if (v != 0)
+		return on_task(s, f, (int32_t)v);
+	dlog(0, "%s: pid 0: not CRIU's stream", s->o.name);
+	f->failed = true;
+	return false;
+}
+
+/* ------------------------------------------------------------------------
+ * The session's end.
+ */
+
+/* Every task's pages are in: the status line, and the session ends. */
+static void criu_finish(struct session *s, struct criu_fe *f)
+{
+	struct session_view v;
+
+	if (f->finished)
+		return;
+	f->finished = true;
+	session_view(s, &v);
+	if (v.poisoned)
+		f->failed = true;
+	fprintf(stderr, "faultd lazy-pages: %s: %u tasks, %llu pages in "
+		"(%llu for faults, %llu pushed, %llu zero), %llu poisoned, "
+		"%llu faults, fault p50 %llu us p99 %llu us, %llu ms\n",
+		v.poisoned ? "restore incomplete" : "all in", v.spaces,
+		(unsigned long long)(v.pages_urgent + v.pages_background +
+				     v.pages_zero),
+		(unsigned long long)v.pages_urgent,
+		(unsigned long long)v.pages_background,
+		(unsigned long long)v.pages_zero,
+		(unsigned long long)v.poisoned, (unsigned long long)v.faults,
+		(unsigned long long)(v.p50_ns / 1000),
+		(unsigned long long)(v.p99_ns / 1000),
+		(unsigned long long)v.age_ms);
+	session_stop(s);
+}
+
+static void criu_tick(struct session *s, bool all_in)
+{
+	struct criu_fe *f = s->fe_data;
+
+	if (all_in && f->rstf)
+		criu_finish(s, f);
+}
+
+/* A task exited: the others are served on. */
+static bool criu_space_gone(struct session *s, struct space *sp)
+{
+	dlog(1, "%s: task %llu exited", s->o.name,
+	     (unsigned long long)sp->id);
+	return true;
+}
+
+static const struct session_fe_ops criu_ops = {
+	.peer_input = criu_peer_input,
+	.tick = criu_tick,
+	.space_gone = criu_space_gone,
+};
+
+/* The session is freed: the command learns how it ended. */
+static void criu_fe_free(void *arg)
+{
+	struct criu_fe *f = arg;
+
+	lazy_pages_ended(f->lp, f->finished && !f->failed);
+	free(f);
+}
+
+/* ------------------------------------------------------------------------
+ * Keeping and adopting.
+ */
+
+static size_t criu_save(struct session *s, void *blob, size_t max)
+{
+	struct criu_fe *f = s->fe_data;
+	struct criu_blob *b = blob;
+	size_t len = offsetof(struct criu_blob, pid) +
+		     f->nr_pids * sizeof(b->pid[0]);
+
+	if (max < len)
+		return 0;
+	b->version = BLOB_VERSION;
+	b->rstf = f->rstf;
+	b->zombies = f->zombies;
+	b->nr_pids = f->nr_pids;
+	memcpy(b->pid, f->pid, f->nr_pids * sizeof(b->pid[0]));
+	return len;
+}
+
+static void criu_name(struct session *s)
+{
+	snprintf(s->name_buf, sizeof(s->name_buf), "lazy-pages %llu",
+		 (unsigned long long)s->id);
+	s->o.name = s->name_buf;
+}
+
+static struct criu_fe *fe_new(struct lazy_pages *lp, int sock)
+{
+	struct criu_fe *f = calloc(1, sizeof(*f));
+
+	if (f) {
+		f->lp = lp;
+		f->sock = sock;
+	}
+	return f;
+}
+
+static void fe_attach(struct session *s, struct criu_fe *f, int sock)
+{
+	s->fe = &criu_ops;
+	s->fe_data = f;
+	s->fe_free = criu_fe_free;
+	s->kind = &criu_kind;
+	s->peer_fd = sock;
+	s->close_peer = true;
+	criu_name(s);
+}
+
+/* The sources of the tasks a faultd before this one served, again. */
+static int adopt_sources(struct session *s, struct criu_fe *f)
+{
+	for (unsigned int i = 0; i < f->nr_pids; i++) {
+		struct source *src = NULL;
+		int ret = task_source(f->lp, f->pid[i], &src);
+
+		if (ret) {
+			dlog(0, "%s: task %d: not served by this dump (%s): "
+				"its pages left are poisoned", s->o.name,
+			     (int)f->pid[i], strerror(-ret));
+			ret = stale_source(&src);
+		}
+		if (!ret && (ret = session_own_source(s, src)))
+			source_destroy(src);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* A session a faultd lazy-pages before this one served. */
+static int criu_adopt(struct session *s, const void *blob, size_t len,
+		      int peer, int *srcfds, size_t nr_srcs)
+{
+	struct criu_blob *b = calloc(1, sizeof(*b));
+	struct criu_fe *f = lp_ctx ? fe_new(lp_ctx, peer) : NULL;
+	int ret = b && f ? 0 : -ENOMEM;
+
+	if (b)
+		memcpy(b, blob, len < sizeof(*b) ? len : sizeof(*b));
+	for (size_t i = 0; i < nr_srcs; i++)
+		if (srcfds[i] >= 0)
+			close(srcfds[i]); /* opened again from the dump */
+	if (!ret && (b->version != BLOB_VERSION || b->nr_pids != nr_srcs ||
+		     b->nr_pids > TASKS_MAX || (!b->rstf && peer < 0)))
+		ret = -EBADMSG;
+	if (!ret) {
+		f->rstf = b->rstf;
+		f->zombies = b->zombies;
+		f->nr_pids = b->nr_pids;
+		memcpy(f->pid, b->pid, b->nr_pids * sizeof(b->pid[0]));
+		ret = adopt_sources(s, f);
+	}
+	free(b);
+	if (ret) {
+		if (peer >= 0)
+			close(peer);
+		free(f);
+		return ret;
+	}
+	atomic_store(&s->settled, f->rstf);
+	fe_attach(s, f, peer);
+	lazy_pages_started(f->lp);
+	return 0;
+}
+
+const struct fe_kind criu_kind = {
+	.id = FE_CRIU,
+	.name = "CRIU lazy-pages",
+	.takeover = false,	/* nobody else serves a restored process */
+	.save = criu_save,
+	.adopt = criu_adopt,
+};
+
+void criu_front_init(struct lazy_pages *lp)
+{
+	lp_ctx = lp;
+	fe_kind_register(&criu_kind);
+}
+
+/*
+ * criu_serve() - serve the restore that connected on @sock (taken over),
+ * of criu restore @pid running as @uid, until every page is in or the
+ * restore fails. How it ended goes to lazy_pages_ended() (the caller
+ * said lazy_pages_started()). Returns 0 when the session ran, or -errno.
+ * Context: a thread of its own, which runs the session's control loop.
+ */
+int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
+{
+	struct session_opts o = { .push = true, .push_fair = true,
+				  .around = lp->around,
+				  .handlers = lp->handlers };
+	struct criu_fe *f = fe_new(lp, sock);
+	struct session *s = NULL;
+	int ret = f ? session_create(&o, NULL, NULL, &s) : -ENOMEM;
+
+	if (ret) {
+		free(f);
+		close(sock);
+		lazy_pages_ended(lp, false);
+		return ret;
+	}
+	atomic_store(&s->settled, false);
+	s->uid = uid;
+	s->pid = pid;
+	fe_attach(s, f, sock);
+	dlog(1, "%s: criu restore %d (uid %u) connected", s->o.name, (int)pid,
+	     (unsigned int)uid);
+	ret = session_run(s);
+	session_free(s);
+	return ret;
+}

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * front_criu.h - `faultd lazy-pages` (lazy_pages.c, the command) and the
+ * CRIU lazy-pages front end it runs (front_criu.c).
+ */
+#ifndef FAULTD_FRONT_CRIU_H
+#define FAULTD_FRONT_CRIU_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "persist.h"
+
+struct criu_dump;
+struct criu_ps;
+struct criu_sums;
+
+/* What the command serves restores from; shared by its sessions. */
+struct lazy_pages {
+	struct criu_dump *dump;	/* -D, opened and checked at the start */
+	struct criu_ps *ps;	/* --page-server: the data from there */
+	struct criu_sums *sums;	/* --verify: every page checked */
+	size_t around;		/* --fault-around, bytes (0: the engine's) */
+	unsigned int handlers;	/* --handlers (0: the engine's) */
+	int done_fd;		/* eventfd: a session ended */
+	atomic_uint live;	/* sessions started and not freed */
+	atomic_uint ok;		/* sessions that ended all in */
+	atomic_uint failed;	/* sessions that did not */
+};
+
+/* lazy_pages.c */
+int lazy_pages_main(int argc, char **argv);
+void lazy_pages_started(struct lazy_pages *lp);
+void lazy_pages_ended(struct lazy_pages *lp, bool ok);
+
+/* front_criu.c */
+extern const struct fe_kind criu_kind;
+void criu_front_init(struct lazy_pages *lp);
+int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid);
+
+#endif /* FAULTD_FRONT_CRIU_H */
