@@ -525,6 +525,8 @@ int conn_prepare(void)
 {
 	struct loop *l = &the_loop;
 
+	if (l->buf)
+		return 0;
 	l->list.prev = l->list.next = &l->list;
 	l->buf = malloc(PROTO_MAX_MSG);
 	l->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -535,9 +537,10 @@ int conn_prepare(void)
 static int loop_init(struct loop *l, int ls, int sfd)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
+	int ret = conn_prepare();
 
-	if (!l->buf)
-		return -ENOMEM;
+	if (ret)
+		return ret;
 	l->ls = ls;
 	l->sfd = sfd;
 	ev.data.ptr = &l->ls;
@@ -551,7 +554,7 @@ static int loop_init(struct loop *l, int ls, int sfd)
 
 static void loop_fini(struct loop *l)
 {
-	while (l->list.next != &l->list)
+	while (l->list.next && l->list.next != &l->list)
 		conn_close(l, l->list.next, false);
 	if (l->reserve >= 0)
 		close(l->reserve);
