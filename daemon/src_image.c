@@ -64,6 +64,7 @@ int src_image_open(int fd, const struct img_key *key, struct source **sp,
 		   const char **why)
 {
 	struct src_image *si = calloc(1, sizeof(*si));
+	struct wset_space ws;
 	int ret;
 
 	if (!si)
@@ -81,8 +82,8 @@ int src_image_open(int fd, const struct img_key *key, struct source **sp,
 	si->src.size = (si->img->h.region_len + 4095) & ~4095ull;
 	si->src.page_size = 4096;
 	si->src.keep_fd = si->img->fd;
-	memcpy(si->src.id, si->img->h.id, sizeof(si->img->h.id));
-	memcpy(si->src.id + 16, &si->img->h.region_len, 8);
+	wset_image_space(si->img, &ws);
+	memcpy(si->src.id, ws.src_id, sizeof(si->src.id));
 	*sp = &si->src;
 	return 0;
 }
