@@ -12,7 +12,7 @@
  * pages faults on none of them. The windows of a space are sorted by
  * source offset, joined, and cut into spans of at most REPLAY_READ bytes,
  * joining runs less than REPLAY_GAP apart (reading the gap costs less
- * than another read): the spans are read in source order with one large
+ * than another read; wset_spans()): the spans are read in source order with one large
  * read each (an image reads through io_uring, 64 KiB chunks in flight),
  * the push threads taking them in turn, so two spans are read at once.
  * A span is installed with UFFDIO_COPY and DONTWAKE, pending pages only,
@@ -53,20 +53,8 @@ struct replay {
 	char *bufs[PUSHERS];	/* REPLAY_READ each */
 };
 
-/* A window (source offsets) of the set. */
-struct win {
-	uint64_t off, end;
-};
-
-static int cmp_win(const void *a, const void *b)
-{
-	const struct win *x = a, *y = b;
-
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
 static int span_add(struct replay *rp, struct space *sp, uint64_t off,
-		    uint64_t end)
+		    uint64_t len)
 {
 	if (rp->nr == rp->cap) {
 		size_t cap = rp->cap ? 2 * rp->cap : 256;
@@ -77,52 +65,24 @@ static int span_add(struct replay *rp, struct space *sp, uint64_t off,
 		rp->spans = v;
 		rp->cap = cap;
 	}
-	rp->spans[rp->nr++] = (struct span){ sp, off, end - off };
+	rp->spans[rp->nr++] = (struct span){ sp, off, len };
 	return 0;
 }
 
-/* Sorted windows @w of @sp, joined into spans. */
-static int spans_make(struct replay *rp, struct space *sp, struct win *w,
-		      size_t n)
-{
-	uint64_t a, b;
-	int ret = 0;
-
-	qsort(w, n, sizeof(*w), cmp_win);
-	for (size_t i = 0; i < n && !ret;) {
-		a = w[i].off;
-		b = w[i].end;
-		for (i++; i < n && w[i].off <= b + REPLAY_GAP &&
-			  (w[i].end > b ? w[i].end : b) - a <= REPLAY_READ;
-		     i++)
-			b = w[i].end > b ? w[i].end : b;
-		ret = span_add(rp, sp, a, b);
-	}
-	return ret;
-}
-
-/* The windows of the entries of set space @k, for @sp. */
+/* The spans of set space @k, read for @sp. */
 static int space_windows(struct replay *rp, const struct wset *ws,
 			 uint32_t k, struct space *sp)
 {
-	uint64_t ps = sp->page_size, w = sp->around, size = sp->src->size;
-	struct win *v = malloc((ws->nr ? ws->nr : 1) * sizeof(*v));
-	size_t n = 0;
-	int ret;
+	struct wset_span *w;
+	ssize_t n = wset_spans(ws, k, sp->around, REPLAY_GAP, REPLAY_READ, &w);
+	int ret = n < 0 ? (int)n : 0;
 
-	if (!v)
-		return -ENOMEM;
-	for (uint64_t i = 0; i < ws->nr; i++) {
-		uint64_t off = ws->e[i].page * ps, a;
-
-		if (ws->e[i].space != k)
-			continue;
-		a = off - off % w;
-		v[n++] = (struct win){ a, a + w < size ? a + w : size };
-	}
-	rp->pages += n;
-	ret = spans_make(rp, sp, v, n);
-	free(v);
+	for (ssize_t i = 0; i < n && !ret; i++)
+		ret = span_add(rp, sp, w[i].off, w[i].len);
+	for (uint64_t i = 0; i < ws->nr; i++)
+		rp->pages += ws->e[i].space == k;
+	if (n >= 0)
+		free(w);
 	return ret;
 }
 

@@ -390,6 +390,8 @@ static int do_pager_fault(struct fault *f)
 	ret = fault_can_call_pager(f, f->r->pager);
 	if (ret)
 		return ret;
+	if (f->r->rs)
+		restore_note_fault(f->r, f->off);
 	if (fault_around_ok(f) && pager_fault_around(f, buf))
 		return 0;
 	n = fault_fill(f, f->r->pager, f->off, buf, f->len);

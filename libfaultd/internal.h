@@ -646,6 +646,25 @@ void img_checker_key(const struct img_checker *c, struct img_key *out);
 
 void restore_stop(struct faultd_region *r);
 void restore_free(struct faultd_region *r);
+void restore_note_fault(struct faultd_region *r, uint64_t off);
+
+/* ------------------------------------------------------------------------
+ * restore_ws.c - the working sets of restored regions (wset.h).
+ */
+
+struct rwset;
+
+int rws_create(struct faultd_region *r, struct image *img,
+	       const struct faultd_restore_opts *o, struct rwset **wp);
+void rws_daemon_fds(const struct rwset *w, int *record_fd, int *set_fd);
+void rws_note_fault(struct rwset *w, uint64_t off);
+void rws_save(struct rwset *w);
+int rws_replay_start(struct rwset *w, bool then_prefetch);
+void rws_replay_wait(struct rwset *w);
+bool rws_replay_done(const struct rwset *w);
+void rws_progress(const struct rwset *w, struct faultd_restore_progress *p);
+void rws_stop(struct rwset *w);
+void rws_free(struct rwset *w);
 
 /* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.

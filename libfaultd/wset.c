@@ -68,13 +68,19 @@ static bool space_ok(const struct wset_space *s)
 	       !(s->src_size % s->page_size) && !s->reserved;
 }
 
-/* Every entry names a space of the table and a page inside its source. */
+/*
+ * Every entry names a space of the table and a page inside its source;
+ * there are no more entries than pages (a set lists a page once).
+ */
 static int entries_check(const struct wset *ws, const char **why)
 {
+	uint64_t pages = 0;
+
 	for (uint32_t i = 0; i < ws->nr_spaces; i++) {
 		*why = "a corrupt space in the working set";
 		if (!space_ok(&ws->spaces[i]))
 			return -EBADMSG;
+		pages += ws->spaces[i].src_size / ws->spaces[i].page_size;
 	}
 	for (uint64_t i = 0; i < ws->nr; i++) {
 		const struct wset_entry *e = &ws->e[i];
@@ -88,7 +94,8 @@ static int entries_check(const struct wset *ws, const char **why)
 		if (e->page >= s->src_size / s->page_size)
 			return -ERANGE;
 	}
-	return 0;
+	*why = "the working set lists more pages than its sources have";
+	return ws->nr > pages ? -EBADMSG : 0;
 }
 
 /*
@@ -424,6 +431,71 @@ uint64_t wset_ranges(const struct wset *ws)
 			runs++;
 	free(e);
 	return runs;
+}
+
+/* ------------------------------------------------------------------------
+ * What a replay reads.
+ */
+
+static int cmp_span(const void *a, const void *b)
+{
+	const struct wset_span *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Join sorted windows @w (n) in place into spans; returns how many. */
+static size_t spans_join(struct wset_span *w, size_t n, uint64_t gap,
+			 uint64_t max)
+{
+	size_t out = 0;
+
+	for (size_t i = 0; i < n;) {
+		uint64_t a = w[i].off, b = w[i].off + w[i].len;
+
+		for (i++; i < n && w[i].off <= b + gap; i++) {
+			uint64_t e = w[i].off + w[i].len;
+
+			if ((e > b ? e : b) - a > max)
+				break;
+			b = e > b ? e : b;
+		}
+		w[out++] = (struct wset_span){ a, b - a };
+	}
+	return out;
+}
+
+/*
+ * wset_spans() - what a replay of set space @k reads: each page's window
+ * of @around bytes (aligned; clipped to the source), sorted by source
+ * offset, joined where they overlap or lie less than @gap apart, into
+ * spans of at most @max bytes (a window is never cut). Returns how many
+ * spans are in *out (the caller frees it), or -ENOMEM.
+ */
+ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
+		   uint64_t gap, uint64_t max, struct wset_span **out)
+{
+	const struct wset_space *s = &ws->spaces[k];
+	struct wset_span *w = malloc((ws->nr ? ws->nr : 1) * sizeof(*w));
+	size_t n = 0;
+
+	if (!w)
+		return -ENOMEM;
+	if (around < s->page_size)
+		around = s->page_size;
+	for (uint64_t i = 0; i < ws->nr; i++) {
+		uint64_t off = ws->e[i].page * s->page_size, a;
+
+		if (ws->e[i].space != k)
+			continue;
+		a = off - off % around;
+		w[n++] = (struct wset_span){
+			a, (a + around < s->src_size ? a + around
+						     : s->src_size) - a };
+	}
+	qsort(w, n, sizeof(*w), cmp_span);
+	*out = w;
+	return (ssize_t)spans_join(w, n, gap, max);
 }
 
 /* ------------------------------------------------------------------------

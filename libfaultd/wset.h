@@ -68,6 +68,11 @@ struct wset {
 	uint64_t nr;
 };
 
+/* Source [off, off + len): what one read of a replay covers. */
+struct wset_span {
+	uint64_t off, len;
+};
+
 /* A recorder: entries as they come, from any thread. */
 struct wset_rec {
 	pthread_mutex_t lock;	/* spaces, e, nr: held briefly, no I/O */
@@ -88,6 +93,8 @@ bool wset_space_match(const struct wset_space *a, const struct wset_space *b);
 int wset_merge(const struct wset *in, size_t n, unsigned int min_count,
 	       struct wset *out, const char **why);
 uint64_t wset_ranges(const struct wset *ws);
+ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
+		   uint64_t gap, uint64_t max, struct wset_span **out);
 struct image;
 void wset_image_space(const struct image *img, struct wset_space *s);
 
