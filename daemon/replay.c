@@ -10,13 +10,14 @@
  * source. Each page brings its fault-around window (the install its fault
  * made when it was recorded), so that a restore that touches the same
  * pages faults on none of them. The windows of a space are sorted by
- * source offset, joined, and cut into spans of at most REPLAY_READ bytes,
- * joining runs less than REPLAY_GAP apart (reading the gap costs less
- * than another read; wset_spans()): the spans are read in source order with one large
- * read each (an image reads through io_uring, 64 KiB chunks in flight),
- * the push threads taking them in turn, so two spans are read at once.
- * A span is installed with UFFDIO_COPY and DONTWAKE, pending pages only,
- * and woken with one UFFDIO_WAKE per range it touches (space_replay()).
+ * source offset and joined into runs (wset_spans()); runs less than
+ * REPLAY_GAP apart are read with one read of at most REPLAY_READ bytes
+ * (reading a gap costs less than another read; it is not installed): the
+ * reads are made in source order, each one large (an image reads through
+ * io_uring, 64 KiB chunks in flight), the push threads taking them in
+ * turn, so two are read at once. A run is installed with UFFDIO_COPY and
+ * DONTWAKE, pending pages only, and woken with one UFFDIO_WAKE per range
+ * it touches (space_replay()).
  *
  * Replay runs in the push threads (nice 19), so a fault's handler thread
  * preempts it at once, and faults stay first; the push proper starts
@@ -38,24 +39,29 @@
 #define REPLAY_READ (4ul << 20)	/* one span's most */
 #define REPLAY_GAP (128ul << 10)	/* runs this close: one read */
 
-/* A span to read: source [off, off + len) of a space. */
+/* A read: source [off, off + len) of a space, spans [first, end) of it. */
 struct span {
 	struct space *sp;
 	uint64_t off, len;
+	size_t first, end;	/* in replay->runs */
 };
 
 struct replay {
-	struct span *spans;
+	struct span *spans;	/* the reads, in source order per space */
 	size_t nr, cap;
+	struct wset_span *runs;	/* what the reads install */
+	size_t nr_runs;
 	uint64_t pages;		/* of the set that are used */
 	atomic_size_t next;	/* the next span to take */
 	atomic_uint running;	/* push threads still replaying */
 	char *bufs[PUSHERS];	/* REPLAY_READ each */
 };
 
-static int span_add(struct replay *rp, struct space *sp, uint64_t off,
-		    uint64_t len)
+static int span_add(struct replay *rp, struct space *sp, size_t first,
+		    size_t end)
 {
+	const struct wset_span *a = &rp->runs[first], *z = &rp->runs[end - 1];
+
 	if (rp->nr == rp->cap) {
 		size_t cap = rp->cap ? 2 * rp->cap : 256;
 		struct span *v = realloc(rp->spans, cap * sizeof(*v));
@@ -65,20 +71,39 @@ static int span_add(struct replay *rp, struct space *sp, uint64_t off,
 		rp->spans = v;
 		rp->cap = cap;
 	}
-	rp->spans[rp->nr++] = (struct span){ sp, off, len };
+	rp->spans[rp->nr++] = (struct span){ sp, a->off,
+					     z->off + z->len - a->off, first,
+					     end };
 	return 0;
 }
 
-/* The spans of set space @k, read for @sp. */
+/* Append runs @w (n) to the replay's. */
+static int runs_add(struct replay *rp, const struct wset_span *w, size_t n)
+{
+	struct wset_span *v = realloc(rp->runs,
+				      (rp->nr_runs + n + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	memcpy(v + rp->nr_runs, w, n * sizeof(*w));
+	rp->runs = v;
+	rp->nr_runs += n;
+	return 0;
+}
+
+/* The runs and reads of set space @k, for @sp. */
 static int space_windows(struct replay *rp, const struct wset *ws,
 			 uint32_t k, struct space *sp)
 {
 	struct wset_span *w;
-	ssize_t n = wset_spans(ws, k, sp->around, REPLAY_GAP, REPLAY_READ, &w);
-	int ret = n < 0 ? (int)n : 0;
+	ssize_t n = wset_spans(ws, k, sp->around, 0, REPLAY_READ, &w);
+	size_t base = rp->nr_runs;
+	int ret = n < 0 ? (int)n : runs_add(rp, w, (size_t)n);
 
-	for (ssize_t i = 0; i < n && !ret; i++)
-		ret = span_add(rp, sp, w[i].off, w[i].len);
+	for (size_t i = 0, j; !ret && i < (size_t)n; i = j) {
+		j = wset_read_group(w, i, (size_t)n, REPLAY_GAP, REPLAY_READ);
+		ret = span_add(rp, sp, base + i, base + j);
+	}
 	for (uint64_t i = 0; i < ws->nr; i++)
 		rp->pages += ws->e[i].space == k;
 	if (n >= 0)
@@ -149,6 +174,7 @@ static void replay_destroy(struct replay *rp)
 	for (unsigned int k = 0; k < PUSHERS; k++)
 		free(rp->bufs[k]);
 	free(rp->spans);
+	free(rp->runs);
 	free(rp);
 }
 
@@ -209,11 +235,12 @@ void replay_start(struct session *s)
 	pthread_mutex_unlock(&s->push_lock);
 }
 
-/* Read and install one span. */
-static void span_replay(struct session *s, const struct span *sp, char *buf,
-			unsigned int slot)
+/* Read one span and install its runs. */
+static void span_replay(struct session *s, struct replay *rp,
+			const struct span *sp, char *buf, unsigned int slot)
 {
 	int ret = space_read(sp->sp, sp->off, sp->len, buf);
+	uint64_t pages = 0;
 
 	if (ret) {
 		dlog(1, "%s: working set: source [%#llx, +%#llx): %s: left to "
@@ -222,8 +249,10 @@ static void span_replay(struct session *s, const struct span *sp, char *buf,
 		return;
 	}
 	atomic_fetch_add(&s->replay_bytes, sp->len);
-	atomic_fetch_add(&s->replay_pages,
-			 space_replay(sp->sp, sp->off, sp->len, buf, slot));
+	for (size_t k = sp->first; k < sp->end; k++)
+		pages += space_replay(sp->sp, rp->runs[k].off, rp->runs[k].len,
+				      buf + (rp->runs[k].off - sp->off), slot);
+	atomic_fetch_add(&s->replay_pages, pages);
 }
 
 /*
@@ -241,7 +270,7 @@ void replay_run(struct session *s, unsigned int k, unsigned int slot)
 	while (!atomic_load(&s->stop) &&
 	       (i = atomic_fetch_add(&rp->next, 1)) < rp->nr)
 		if (!atomic_load(&rp->spans[i].sp->dead))
-			span_replay(s, &rp->spans[i], rp->bufs[k], slot);
+			span_replay(s, rp, &rp->spans[i], rp->bufs[k], slot);
 	if (atomic_fetch_sub(&rp->running, 1) != 1)
 		return;
 	atomic_store(&s->replay_end_ns, now_ns());

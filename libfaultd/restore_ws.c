@@ -13,11 +13,12 @@
  * (restore_note_fault(), from the fault path) and the set written when
  * the region is destroyed. A replay runs in a thread of its own at nice 19
  * (a handler thread preempts it: faults stay first): the set's pages, each
- * with its fault-around block, joined into spans of at most WS_READ bytes
- * (wset_spans()), read in image order with one large read each (io_uring,
- * 64 KiB chunks in flight: image_read()), installed with UFFDIO_COPY and
- * DONTWAKE (pages already in are stepped over) and woken with one
- * UFFDIO_WAKE per span. Then the background population, unless LAZY.
+ * with its fault-around block, joined into spans (wset_spans()), read in
+ * image order with one large read for spans less than WS_GAP apart, up to
+ * WS_READ bytes (io_uring, 64 KiB chunks in flight: image_read()),
+ * installed with UFFDIO_COPY and DONTWAKE (pages already in are stepped
+ * over; a gap is read, not installed) and woken with one UFFDIO_WAKE per
+ * span. Then the background population, unless LAZY.
  *
  * UFFDIO_MOVE from the staging buffer instead of COPY was measured here
  * (this 2-vCPU machine, 256 MiB in 4 MiB reads from the page cache): COPY
@@ -94,7 +95,7 @@ static int set_spans(struct rwset *w, const struct wset *ws)
 {
 	ssize_t n = wset_spans(ws, 0, w->r->fault_around ? w->r->fault_around
 							 : IMG_BLOCK,
-			       WS_GAP, WS_READ, &w->spans);
+			       0, WS_READ, &w->spans);
 
 	if (n < 0)
 		return (int)n;
@@ -232,44 +233,59 @@ void rws_save(struct rwset *w)
  * Replay in the process.
  */
 
-/* Read and install one span. Context: the replay thread, r->lock read. */
-static void span_replay(struct rwset *w, const struct wset_span *sp,
-			char *buf)
+/* Install span @sp from @buf (which holds source [@at, ..)). */
+static void span_install(struct rwset *w, const struct wset_span *sp,
+			 uint64_t at, const char *buf)
 {
 	struct faultd_region *r = w->r;
-	ssize_t n = image_read(w->img, sp->off, buf, sp->len);
 	struct inst_req q = {
 		.uffd = r->group->uffd, .op = INST_COPY,
 		.flags = INST_DONTWAKE |
 			 (r->wp_mode != WP_NONE ? INST_WP : 0),
 		.dst = r->base + sp->off, .len = sp->len,
-		.page_size = r->page_size, .src = buf,
+		.page_size = r->page_size, .src = buf + (sp->off - at),
 	};
 	struct inst_res res;
 
-	if (n < 0) { /* a bad block: the fault that reads it poisons it */
-		fd_warn(r->ctx, "%s: working set: image [%#llx, +%#llx): %s: "
-				"left to the faults", r->name,
-			(unsigned long long)sp->off,
-			(unsigned long long)sp->len, strerror((int)-n));
-		return;
-	}
-	atomic_fetch_add(&w->bytes, sp->len);
 	install_range(&q, &res);
 	uffd_wake(r->group->uffd, r->base + sp->off, sp->len);
 	atomic_fetch_add(&w->pages, res.done / r->page_size);
 	stat_add_shared(r->bg_stats, ST_READAHEAD, res.done / r->page_size);
 }
 
+/*
+ * Read spans [i, j) with one read and install them. Context: the replay
+ * thread, r->lock held for reading.
+ */
+static void group_replay(struct rwset *w, size_t i, size_t j, char *buf)
+{
+	uint64_t at = w->spans[i].off;
+	uint64_t len = w->spans[j - 1].off + w->spans[j - 1].len - at;
+	ssize_t n = image_read(w->img, at, buf, len);
+
+	if (n < 0) { /* a bad block: the fault that reads it poisons it */
+		fd_warn(w->r->ctx, "%s: working set: image [%#llx, +%#llx): "
+				   "%s: left to the faults", w->r->name,
+			(unsigned long long)at, (unsigned long long)len,
+			strerror((int)-n));
+		return;
+	}
+	atomic_fetch_add(&w->bytes, len);
+	for (size_t k = i; k < j; k++)
+		span_install(w, &w->spans[k], at, buf);
+}
+
 static void replay_spans(struct rwset *w, char *buf)
 {
 	struct faultd_region *r = w->r;
 
-	for (size_t i = 0; i < w->nr_spans && !atomic_load(&w->stop); i++) {
+	for (size_t i = 0, j; i < w->nr_spans && !atomic_load(&w->stop);
+	     i = j) {
+		j = wset_read_group(w->spans, i, w->nr_spans, WS_GAP, WS_READ);
 		pthread_rwlock_rdlock(&r->lock);
-		if (!r->dead && w->spans[i].off + w->spans[i].len <=
+		if (!r->dead && w->spans[j - 1].off + w->spans[j - 1].len <=
 					atomic_load(&r->len))
-			span_replay(w, &w->spans[i], buf);
+			group_replay(w, i, j, buf);
 		pthread_rwlock_unlock(&r->lock);
 	}
 }

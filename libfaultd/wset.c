@@ -41,8 +41,8 @@ static uint32_t file_crc(const void *buf, size_t len)
 		      len - sizeof(h));
 }
 
-static int header_check(const struct wset_header *h, size_t len,
-			const char **why)
+static int header_check(const struct wset_header *h, const void *buf,
+			size_t len, const char **why)
 {
 	*why = "not a working-set file";
 	if (len < sizeof(*h) || h->magic != WSET_MAGIC)
@@ -59,7 +59,7 @@ static int header_check(const struct wset_header *h, size_t len,
 	if (file_len(h->nr_spaces, h->nr_entries) != len)
 		return -EBADMSG;
 	*why = "the working-set file's checksum does not match";
-	return file_crc(h, len) == h->crc ? 0 : -EBADMSG;
+	return file_crc(buf, len) == h->crc ? 0 : -EBADMSG;
 }
 
 static bool space_ok(const struct wset_space *s)
@@ -112,7 +112,7 @@ int wset_parse(const void *buf, size_t len, struct wset *ws,
 	int ret;
 
 	memcpy(&h, buf, len < sizeof(h) ? len : sizeof(h));
-	ret = header_check(&h, len, why);
+	ret = header_check(&h, buf, len, why);
 	if (ret)
 		return ret;
 	*ws = (struct wset){ .nr_spaces = h.nr_spaces, .nr = h.nr_entries };
@@ -466,11 +466,11 @@ static size_t spans_join(struct wset_span *w, size_t n, uint64_t gap,
 }
 
 /*
- * wset_spans() - what a replay of set space @k reads: each page's window
- * of @around bytes (aligned; clipped to the source), sorted by source
- * offset, joined where they overlap or lie less than @gap apart, into
- * spans of at most @max bytes (a window is never cut). Returns how many
- * spans are in *out (the caller frees it), or -ENOMEM.
+ * wset_spans() - what a replay of set space @k installs: each page's
+ * window of @around bytes (aligned; clipped to the source), sorted by
+ * source offset, joined where they overlap or lie less than @gap apart
+ * (0: touch), into spans of at most @max bytes (a window is never cut).
+ * Returns how many spans are in *out (the caller frees it), or -ENOMEM.
  */
 ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
 		   uint64_t gap, uint64_t max, struct wset_span **out)
@@ -496,6 +496,23 @@ ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
 	qsort(w, n, sizeof(*w), cmp_span);
 	*out = w;
 	return (ssize_t)spans_join(w, n, gap, max);
+}
+
+/*
+ * wset_read_group() - the spans @s[i..return) that one read covers: the
+ * next ones while they start less than @gap after the previous one's end
+ * and the read stays within @max bytes (reading a gap costs less than
+ * another read). At least one.
+ */
+size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,
+		       uint64_t gap, uint64_t max)
+{
+	size_t j = i + 1;
+
+	while (j < n && s[j].off <= s[j - 1].off + s[j - 1].len + gap &&
+	       s[j].off + s[j].len - s[i].off <= max)
+		j++;
+	return j;
 }
 
 /* ------------------------------------------------------------------------

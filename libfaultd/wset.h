@@ -95,6 +95,8 @@ int wset_merge(const struct wset *in, size_t n, unsigned int min_count,
 uint64_t wset_ranges(const struct wset *ws);
 ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
 		   uint64_t gap, uint64_t max, struct wset_span **out);
+size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,
+		       uint64_t gap, uint64_t max);
 struct image;
 void wset_image_space(const struct image *img, struct wset_space *s);
 
