@@ -7,10 +7,12 @@
  * (the space's id, its source's id, size and page size): a space of the
  * set that the session does not have is left out, a set none of whose
  * spaces it has is not used - logged both, never applied to another
- * source. Each page brings its fault-around window (the install its fault
- * made when it was recorded), so that a restore that touches the same
- * pages faults on none of them. The windows of a space are sorted by
- * source offset and joined into runs (wset_spans()); runs less than
+ * source. A recording session serves its faults a page at a time (no
+ * fault-around: a page installed around another's fault would never fault,
+ * and would not be in the set), so a set is the pages the restore touched;
+ * a replay installs those, and a restore that touches the same pages
+ * faults on none of them. A space's pages are sorted by source offset and
+ * joined into runs of consecutive pages (wset_spans()); runs less than
  * REPLAY_GAP apart are read with one read of at most REPLAY_READ bytes
  * (reading a gap costs less than another read; it is not installed): the
  * reads are made in source order, each one large (an image reads through
@@ -37,7 +39,7 @@
 #include "daemon.h"
 
 #define REPLAY_READ (4ul << 20)	/* one span's most */
-#define REPLAY_GAP (128ul << 10)	/* runs this close: one read */
+#define REPLAY_GAP (64ul << 10)	/* runs this close: one read */
 
 /* A read: source [off, off + len) of a space, spans [first, end) of it. */
 struct span {
@@ -96,7 +98,7 @@ static int space_windows(struct replay *rp, const struct wset *ws,
 			 uint32_t k, struct space *sp)
 {
 	struct wset_span *w;
-	ssize_t n = wset_spans(ws, k, sp->around, 0, REPLAY_READ, &w);
+	ssize_t n = wset_spans(ws, k, sp->page_size, 0, REPLAY_READ, &w);
 	size_t base = rp->nr_runs;
 	int ret = n < 0 ? (int)n : runs_add(rp, w, (size_t)n);
 

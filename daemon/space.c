@@ -1125,6 +1125,9 @@ struct space *space_alloc(struct session *s, struct source *src,
 	if (!s->o.around)
 		sp->around = AROUND_DEFAULT > page_size ? AROUND_DEFAULT
 							: page_size;
+	/* A recording: every touched page faults, and is in the set. */
+	if (s->rec)
+		sp->around = page_size;
 	pthread_rwlock_init(&sp->lock, NULL);
 	return sp;
 }

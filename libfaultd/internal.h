@@ -659,7 +659,7 @@ int rws_create(struct faultd_region *r, struct image *img,
 void rws_daemon_fds(const struct rwset *w, int *record_fd, int *set_fd);
 void rws_note_fault(struct rwset *w, uint64_t off);
 void rws_save(struct rwset *w);
-int rws_replay_start(struct rwset *w, bool then_prefetch);
+int rws_replay_start(struct rwset *w, bool then_prefetch, bool waited);
 void rws_replay_wait(struct rwset *w);
 bool rws_replay_done(const struct rwset *w);
 void rws_progress(const struct rwset *w, struct faultd_restore_progress *p);

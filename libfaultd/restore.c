@@ -33,7 +33,8 @@
 #include "internal.h"
 #include "proto.h"
 
-#define RESTORE_KNOWN (FAULTD_RESTORE_DAEMON | FAULTD_RESTORE_LAZY)
+#define RESTORE_KNOWN                                                          \
+	(FAULTD_RESTORE_DAEMON | FAULTD_RESTORE_LAZY | FAULTD_RESTORE_WSET_FIRST)
 #define RECORD_WAIT_S 5	/* how long a destroy waits for the daemon's record */
 
 struct restore {
@@ -372,7 +373,10 @@ static int restore_region(struct faultd_ctx *ctx, struct image *img,
 		.length = (img->h.region_len + 4095) & ~4095ull,
 		.handler_threads = o->handler_threads,
 		.name = o->name ? o->name : "restore",
-		.fault_around = IMG_BLOCK,
+		/* A recording: every touched page faults (restore_ws.c). */
+		.fault_around = o->record_working_set &&
+					!(o->flags & FAULTD_RESTORE_DAEMON)
+				? 0 : IMG_BLOCK,
 		.readahead_max = FAULTD_READAHEAD_OFF,
 	};
 	struct region_init init = { .kind = REGION_ANON, .memfd = -1,
@@ -395,7 +399,13 @@ static int restore_start(struct faultd_region *r,
 	if (o->flags & FAULTD_RESTORE_DAEMON)
 		return restore_connect(r, o->socket);
 	/* A working set first; the population after it, from its thread. */
-	if (!rws_replay_start(r->rs->ws, !lazy) || lazy)
+	if (!rws_replay_start(r->rs->ws, !lazy,
+			      o->flags & FAULTD_RESTORE_WSET_FIRST)) {
+		if (o->flags & FAULTD_RESTORE_WSET_FIRST)
+			rws_replay_wait(r->rs->ws);
+		return 0;
+	}
+	if (lazy)
 		return 0;
 	/* Without it the region is still served, lazily: say so, go on. */
 	if (faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0) {
@@ -423,6 +433,9 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 					sizeof(o.flags));
 	if (!ret && (o.flags & ~RESTORE_KNOWN))
 		ret = -EINVAL;
+	if (!ret && (o.flags & FAULTD_RESTORE_WSET_FIRST) &&
+	    (o.flags & FAULTD_RESTORE_DAEMON))
+		ret = -EOPNOTSUPP;
 	if (!ret && in_handler_of(ctx))
 		ret = -EDEADLK;
 	if (!ret)

@@ -11,10 +11,15 @@
  *
  * In the process, the first missing fault of each page is noted
  * (restore_note_fault(), from the fault path) and the set written when
- * the region is destroyed. A replay runs in a thread of its own at nice 19
- * (a handler thread preempts it: faults stay first): the set's pages, each
- * with its fault-around block, joined into spans (wset_spans()), read in
- * image order with one large read for spans less than WS_GAP apart, up to
+ * the region is destroyed; a recording region has no fault-around (a page
+ * put in around another's fault would never fault, and would be missing
+ * from the set), so the set is the pages the restore touched. A replay runs in WS_THREADS threads of their own
+ * at nice 19 (a handler thread preempts them: faults stay first; not when
+ * the caller waits for the set, FAULTD_RESTORE_WSET_FIRST: the replay is
+ * then what the program waits for), taking reads in turn, so that two
+ * are in flight: the set's pages, joined into spans of consecutive pages
+ * (wset_spans()), read in image order with one large read for spans less
+ * than WS_GAP apart (the blocks between are read, not installed), up to
  * WS_READ bytes (io_uring, 64 KiB chunks in flight: image_read()),
  * installed with UFFDIO_COPY and DONTWAKE (pages already in are stepped
  * over; a gap is read, not installed) and woken with one UFFDIO_WAKE per
@@ -41,8 +46,9 @@
 #include "wset.h"
 
 #define WS_READ (4ul << 20)	/* one span's most */
-#define WS_GAP (128ul << 10)	/* runs this close: one read */
+#define WS_GAP (64ul << 10)	/* runs this close: one read */
 #define WS_NICE 19
+#define WS_THREADS 2	/* reads in flight at once, as the daemon's pushers */
 
 struct rwset {
 	struct faultd_region *r;
@@ -57,12 +63,18 @@ struct rwset {
 	/* Replay in the process */
 	struct wset_span *spans;
 	size_t nr_spans;
+	size_t *groups;		/* read k covers spans [groups[k], groups[k+1]) */
+	size_t nr_groups;
+	atomic_size_t next;	/* the next read to take */
 	bool then_prefetch;
-	bool started;
-	pthread_t thread;
+	bool waited;		/* the caller waits for it: not niced */
+	unsigned int started;	/* replay threads */
+	pthread_t threads[WS_THREADS];
+	atomic_uint running;
 	atomic_bool stop;
 	int32_t done;		/* futex: the replay is over (or none) */
-	atomic_uint_fast64_t pages, bytes, ns;
+	uint64_t t0;
+	atomic_uint_fast64_t pages, bytes, ns, read_ns;
 };
 
 /* ------------------------------------------------------------------------
@@ -93,13 +105,18 @@ static int set_load(struct faultd_region *r, struct image *img,
 /* The spans of @ws a replay in the process reads. */
 static int set_spans(struct rwset *w, const struct wset *ws)
 {
-	ssize_t n = wset_spans(ws, 0, w->r->fault_around ? w->r->fault_around
-							 : IMG_BLOCK,
-			       0, WS_READ, &w->spans);
+	ssize_t n = wset_spans(ws, 0, w->r->page_size, 0, WS_READ, &w->spans);
 
 	if (n < 0)
 		return (int)n;
 	w->nr_spans = (size_t)n;
+	w->groups = malloc((w->nr_spans + 1) * sizeof(*w->groups));
+	if (!w->groups)
+		return -ENOMEM;
+	for (size_t i = 0; i < w->nr_spans;
+	     i = wset_read_group(w->spans, i, w->nr_spans, WS_GAP, WS_READ))
+		w->groups[w->nr_groups++] = i;
+	w->groups[w->nr_groups] = w->nr_spans;
 	return 0;
 }
 
@@ -261,8 +278,10 @@ static void group_replay(struct rwset *w, size_t i, size_t j, char *buf)
 {
 	uint64_t at = w->spans[i].off;
 	uint64_t len = w->spans[j - 1].off + w->spans[j - 1].len - at;
+	uint64_t t0 = now_ns();
 	ssize_t n = image_read(w->img, at, buf, len);
 
+	atomic_fetch_add(&w->read_ns, now_ns() - t0);
 	if (n < 0) { /* a bad block: the fault that reads it poisons it */
 		fd_warn(w->r->ctx, "%s: working set: image [%#llx, +%#llx): "
 				   "%s: left to the faults", w->r->name,
@@ -275,13 +294,16 @@ static void group_replay(struct rwset *w, size_t i, size_t j, char *buf)
 		span_install(w, &w->spans[k], at, buf);
 }
 
-static void replay_spans(struct rwset *w, char *buf)
+/* Take reads in turn with the other replay threads, in image order. */
+static void replay_groups(struct rwset *w, char *buf)
 {
 	struct faultd_region *r = w->r;
+	size_t k;
 
-	for (size_t i = 0, j; i < w->nr_spans && !atomic_load(&w->stop);
-	     i = j) {
-		j = wset_read_group(w->spans, i, w->nr_spans, WS_GAP, WS_READ);
+	while (!atomic_load(&w->stop) &&
+	       (k = atomic_fetch_add(&w->next, 1)) < w->nr_groups) {
+		size_t i = w->groups[k], j = w->groups[k + 1];
+
 		pthread_rwlock_rdlock(&r->lock);
 		if (!r->dead && w->spans[j - 1].off + w->spans[j - 1].len <=
 					atomic_load(&r->len))
@@ -290,20 +312,10 @@ static void replay_spans(struct rwset *w, char *buf)
 	}
 }
 
-static void *replay_main(void *arg)
+/* The last replay thread: the end, then the population if asked. */
+static void replay_end(struct rwset *w)
 {
-	struct rwset *w = arg;
-	uint64_t t0 = now_ns();
-	char *buf = aligned_alloc(4096, WS_READ);
-
-	setpriority(PRIO_PROCESS, (id_t)gettid(), WS_NICE);
-	if (buf)
-		replay_spans(w, buf);
-	else
-		fd_warn(w->r->ctx, "%s: working set not replayed: out of "
-				   "memory", w->r->name);
-	free(buf);
-	atomic_store(&w->ns, now_ns() - t0);
+	atomic_store(&w->ns, now_ns() - w->t0);
 	fd_dbg(w->r->ctx, "%s: working set replayed: %llu pages, %llu KiB "
 			  "read in %llu us", w->r->name,
 	       (unsigned long long)atomic_load(&w->pages),
@@ -315,29 +327,60 @@ static void *replay_main(void *arg)
 				   "in when touched", w->r->name);
 	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
 	futex_noasync(&w->done, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+static void *replay_main(void *arg)
+{
+	struct rwset *w = arg;
+	char *buf = aligned_alloc(4096, WS_READ);
+
+	if (!w->waited)
+		setpriority(PRIO_PROCESS, (id_t)gettid(), WS_NICE);
+	if (buf)
+		replay_groups(w, buf);
+	else
+		fd_warn(w->r->ctx, "%s: a replay thread has no memory: the "
+				   "others go on", w->r->name);
+	free(buf);
+	if (atomic_fetch_sub(&w->running, 1) == 1)
+		replay_end(w);
 	return NULL;
 }
 
 /*
  * rws_replay_start() - replay the set in the process, then (@then_prefetch)
- * start the background population. Returns 0 when the replay runs, or
+ * start the background population. @waited: the caller waits for the
+ * replay (rws_replay_wait()), which is then on its critical path and runs
+ * at its priority, not at WS_NICE. Returns 0 when the replay runs, or
  * -ENOENT (no set to replay) or -errno (no thread): then the caller
  * starts the population itself.
  */
-int rws_replay_start(struct rwset *w, bool then_prefetch)
+int rws_replay_start(struct rwset *w, bool then_prefetch, bool waited)
 {
-	int ret;
+	int ret = 0;
 
 	if (!w || !w->nr_spans)
 		return -ENOENT;
 	w->then_prefetch = then_prefetch;
+	w->waited = waited;
 	w->done = 0;
-	ret = thread_start(&w->thread, replay_main, w, "faultd-replay");
-	if (ret < 0) {
+	w->t0 = now_ns();
+	atomic_store(&w->running, WS_THREADS);
+	for (; w->started < WS_THREADS; w->started++) {
+		ret = thread_start(&w->threads[w->started], replay_main, w,
+				   "faultd-replay");
+		if (ret < 0)
+			break;
+	}
+	if (!w->started) {
 		w->done = 1;
 		return ret;
 	}
-	w->started = true;
+	/* Threads short: those that run do it all. */
+	if (w->started < WS_THREADS &&
+	    atomic_fetch_sub(&w->running, WS_THREADS - w->started) ==
+		    WS_THREADS - w->started)
+		replay_end(w);
 	return 0;
 }
 
@@ -361,6 +404,7 @@ void rws_progress(const struct rwset *w, struct faultd_restore_progress *p)
 	p->pages_replayed = atomic_load(&w->pages);
 	p->replay_bytes = atomic_load(&w->bytes);
 	p->replay_ns = atomic_load(&w->ns);
+	p->replay_read_ns = atomic_load(&w->read_ns);
 }
 
 /* rws_stop() - end a replay that runs (the region is being destroyed). */
@@ -369,8 +413,9 @@ void rws_stop(struct rwset *w)
 	if (!w || !w->started)
 		return;
 	atomic_store(&w->stop, true);
-	pthread_join(w->thread, NULL);
-	w->started = false;
+	for (unsigned int i = 0; i < w->started; i++)
+		pthread_join(w->threads[i], NULL);
+	w->started = 0;
 }
 
 void rws_free(struct rwset *w)
@@ -386,5 +431,6 @@ void rws_free(struct rwset *w)
 	free(w->seen);
 	free(w->record_path);
 	free(w->spans);
+	free(w->groups);
 	free(w);
 }

@@ -1075,6 +1075,13 @@ int faultd_checkpoint(struct faultd_region *region, const char *path,
  */
 #define FAULTD_RESTORE_DAEMON (1u << 0)
 #define FAULTD_RESTORE_LAZY (1u << 1)
+/*
+ * FAULTD_RESTORE_WSET_FIRST: with a working set, faultd_restore() returns
+ * once the set is in (its faults are served meanwhile, for other threads
+ * that touch the region), as a restore that loads the set before the
+ * program resumes; in the process only.
+ */
+#define FAULTD_RESTORE_WSET_FIRST (1u << 2)
 
 struct faultd_restore_opts {
 	size_t size;		/* sizeof(struct faultd_restore_opts) */
@@ -1160,6 +1167,8 @@ struct faultd_restore_progress {
 	uint64_t pages_replayed;
 	uint64_t replay_bytes;
 	uint64_t replay_ns;
+	uint64_t replay_read_ns; /* of replay_ns, in its reads (summed over
+				    its threads) */
 };
 
 /*
