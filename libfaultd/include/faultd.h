@@ -1098,7 +1098,8 @@ struct faultd_restore_opts {
 	/*
 	 * Working sets (faultd-working-set(5)). NULL, or a file to write the
 	 * pages this restore's faults asked for into, in the order of first
-	 * touch (pages filled ahead of any fault are not in it): in the
+	 * touch (pages filled ahead of any fault are not in it; a recording
+	 * has no fault-around, so every page touched faults): in the
 	 * process when the region is destroyed; through the daemon, by the
 	 * daemon, when every page is in and when the session ends (the
 	 * region's destruction waits for it, up to 5 s).
@@ -1106,9 +1107,8 @@ struct faultd_restore_opts {
 	const char *record_working_set;
 	/*
 	 * NULL, or a working set an earlier restore of this image recorded:
-	 * its pages (each with its fault-around block) are read with large
-	 * reads and put in before the background population, faults being
-	 * served first meanwhile. A set of another image, a truncated or
+	 * its pages are read with large reads and put in before the
+	 * background population, faults being served first meanwhile. A set of another image, a truncated or
 	 * corrupt one, or one that lists pages beyond the image is logged
 	 * and not used: the restore goes on without it.
 	 */
