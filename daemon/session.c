@@ -480,16 +480,16 @@ static void control_loop(struct session *s)
 		for (int i = 0; i < n; i++)
 			if (!control_event(s, &ev[i]))
 				session_stop(s);
-		if (all_in && !told_all_in && !s->fe->tick)
+		/* Every page in: nothing can fault for the first time any
+		 * more, and the record is whole before the peer hears of it
+		 * (a recording session only: else this is -ENOENT). */
+		if (all_in && !told_all_in)
 			session_record_save(s);
 		if (atomic_load(&s->stop) || !s->fe->tick) {
 			told_all_in = all_in;
 			continue;
 		}
 		if (all_in && !told_all_in) {
-			/* Nothing can fault for the first time any more: the
-			 * record is whole before the peer hears of it. */
-			session_record_save(s);
 			s->fe->tick(s, true);
 		} else if (now - last >= PROGRESS_MS * 1000000ull) {
 			s->fe->tick(s, all_in);
