@@ -636,3 +636,70 @@ Test(wset, replay_interrupted_by_kill_of_the_daemon)
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "client: %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
+
+/* ------------------------------------------------------------------------
+ * faultd working-set show and merge.
+ */
+
+/* Run "faultd working-set @args", its output into @out; the exit code. */
+static int cli(const char *args, char *out, size_t max)
+{
+	char cmd[2048];
+	FILE *f;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s working-set %s 2>&1",
+		 getenv("FAULTD_DAEMON"), args);
+	f = popen(cmd, "r");
+	cr_assert(f);
+	n = fread(out, 1, max - 1, f);
+	out[n] = 0;
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(wset, show_and_merge_from_the_command_line)
+{
+	struct wset_space sp = space_of(7, 64 * PAGE), other = space_of(9, 64 * PAGE);
+	struct wset_entry e[3][8];
+	const uint64_t a[] = { 5, 1, 9, 3 }, b[] = { 1, 5, 7 }, c[] = { 9, 1, 2 };
+	const char *pa = path_of("a.ws"), *pb = path_of("b.ws");
+	const char *pc = path_of("c.ws"), *po = path_of("o.ws");
+	const char *pm = path_of("m.ws");
+	struct wset in[3], m;
+	char args[1024], out[4096];
+
+	set_of(&in[0], &sp, e[0], a, 4);
+	set_of(&in[1], &sp, e[1], b, 3);
+	set_of(&in[2], &sp, e[2], c, 3);
+	cr_assert_eq(wset_save(pa, &in[0]), 0);
+	cr_assert_eq(wset_save(pb, &in[1]), 0);
+	cr_assert_eq(wset_save(pc, &in[2]), 0);
+	snprintf(args, sizeof(args), "show %s", pa);
+	cr_assert_eq(cli(args, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "pages 4\nranges 4\n"), "%s", out);
+	cr_assert(strstr(out, "space 0: pages 4, bytes 16384, source "
+			      "0707070707070707070707070707070707070707070707"
+			      "070707070707070707, source size 262144, page "
+			      "size 4096"), "%s", out);
+	snprintf(args, sizeof(args), "merge -o %s --min-count 2 %s %s %s", pm,
+		 pa, pb, pc);
+	cr_assert_eq(cli(args, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(load(pm, &m), 0);
+	cr_assert(m.nr == 3 && m.e[0].page == 5 && m.e[1].page == 1 &&
+		  m.e[2].page == 9);
+	wset_free(&m);
+	in[2].spaces = &other;
+	cr_assert_eq(wset_save(po, &in[2]), 0);
+	snprintf(args, sizeof(args), "merge -o %s %s %s", pm, pa, po);
+	cr_assert_eq(cli(args, out, sizeof(out)), 1, "%s", out);
+	cr_assert(strstr(out, "different sources"), "%s", out);
+	snprintf(args, sizeof(args), "merge -o %s --min-count 3 %s %s", pm, pa,
+		 pb);
+	cr_assert_eq(cli(args, out, sizeof(out)), 2, "more runs than sets");
+	cr_assert_eq(truncate(pa, 40), 0);
+	snprintf(args, sizeof(args), "show %s", pa);
+	cr_assert_eq(cli(args, out, sizeof(out)), 1);
+	cr_assert(strstr(out, "truncated"), "%s", out);
+}
