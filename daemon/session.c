@@ -313,11 +313,15 @@ void session_note_fault(struct session *s, struct space *sp, uint64_t page)
 int session_record_save(struct session *s)
 {
 	struct wset ws;
+	uint64_t noted;
 	int ret;
 
 	if (!s->rec)
 		return -ENOENT;
 	ret = wset_rec_copy(s->rec, &ws);
+	noted = ws.nr;
+	if (!ret) /* a page both sides of a fork faulted on is listed once */
+		ret = wset_dedupe(&ws);
 	if (!ret)
 		ret = s->o.record_path ? wset_save(s->o.record_path, &ws)
 				       : wset_write_fd(s->o.record_fd, &ws);
@@ -328,7 +332,7 @@ int session_record_save(struct session *s)
 	} else {
 		dlog(1, "%s: working set written: %llu pages", s->o.name,
 		     (unsigned long long)ws.nr);
-		s->rec->written = ws.nr;
+		s->rec->written = noted;
 		s->rec_saved = true;
 	}
 	wset_free(&ws);

@@ -412,6 +412,51 @@ static int cmp_entry(const void *a, const void *b)
 	return x->page < y->page ? -1 : x->page > y->page;
 }
 
+/* Entry @i of the set being deduplicated, for cmp_at(). */
+static const struct wset_entry *dedupe_e;
+
+static int cmp_at(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	int c = cmp_entry(&dedupe_e[x], &dedupe_e[y]);
+
+	return c ? c : x < y ? -1 : x > y;
+}
+
+/*
+ * wset_dedupe() - keep the first of the entries of @ws that name the same
+ * page (the processes of a fork share a space of the set, and may both
+ * fault on a page), in order. Returns 0 or -ENOMEM (@ws unchanged).
+ * Context: any thread (the sort's key is under a lock of its own).
+ */
+int wset_dedupe(struct wset *ws)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t *at = malloc((ws->nr ? ws->nr : 1) * sizeof(*at)), out = 0;
+	uint8_t *dup = calloc(ws->nr ? ws->nr : 1, 1);
+
+	if (!at || !dup) {
+		free(at);
+		free(dup);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < ws->nr; i++)
+		at[i] = i;
+	pthread_mutex_lock(&lock);
+	dedupe_e = ws->e;
+	qsort(at, ws->nr, sizeof(*at), cmp_at);
+	pthread_mutex_unlock(&lock);
+	for (uint64_t i = 1; i < ws->nr; i++)
+		dup[at[i]] = !cmp_entry(&ws->e[at[i]], &ws->e[at[i - 1]]);
+	for (uint64_t i = 0; i < ws->nr; i++)
+		if (!dup[i])
+			ws->e[out++] = ws->e[i];
+	ws->nr = out;
+	free(at);
+	free(dup);
+	return 0;
+}
+
 /*
  * wset_ranges() - runs of consecutive pages of one space in @ws, and so
  * the reads a replay makes at most. Sorts a copy; 0 on no memory.

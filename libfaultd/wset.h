@@ -93,6 +93,7 @@ bool wset_space_match(const struct wset_space *a, const struct wset_space *b);
 int wset_merge(const struct wset *in, size_t n, unsigned int min_count,
 	       struct wset *out, const char **why);
 uint64_t wset_ranges(const struct wset *ws);
+int wset_dedupe(struct wset *ws);
 ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
 		   uint64_t gap, uint64_t max, struct wset_span **out);
 size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,

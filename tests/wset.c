@@ -703,3 +703,20 @@ Test(wset, show_and_merge_from_the_command_line)
 	cr_assert_eq(cli(args, out, sizeof(out)), 1);
 	cr_assert(strstr(out, "truncated"), "%s", out);
 }
+
+Test(wset, a_page_listed_twice_is_kept_once_in_its_first_place)
+{
+	struct wset_space sp[2] = { space_of(7, 64 * PAGE),
+				    space_of(8, 64 * PAGE) };
+	struct wset_entry e[] = { { 0, 0, 4 }, { 1, 0, 4 }, { 0, 0, 2 },
+				  { 0, 0, 4 }, { 1, 0, 4 }, { 0, 0, 9 } };
+	struct wset ws = { sp, 2, e, 6 };
+
+	sp[1].space_id = 1;
+	cr_assert_eq(wset_dedupe(&ws), 0);
+	cr_assert_eq(ws.nr, 4);
+	cr_assert(e[0].space == 0 && e[0].page == 4);
+	cr_assert(e[1].space == 1 && e[1].page == 4);
+	cr_assert(e[2].space == 0 && e[2].page == 2);
+	cr_assert(e[3].space == 0 && e[3].page == 9);
+}
