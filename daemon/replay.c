@@ -17,7 +17,8 @@
  * (reading a gap costs less than another read; it is not installed): the
  * reads are made in source order, each one large (an image reads through
  * io_uring, 64 KiB chunks in flight), the push threads taking them in
- * turn, so two are read at once. A run is installed with UFFDIO_COPY and
+ * turn, so two are read at once, and the one after those is hinted to the
+ * source (source_willneed()): a disk reads ahead of the replay. A run is installed with UFFDIO_COPY and
  * DONTWAKE, pending pages only, and woken with one UFFDIO_WAKE per range
  * it touches (space_replay()).
  *
@@ -39,7 +40,7 @@
 #include "daemon.h"
 
 #define REPLAY_READ (4ul << 20)	/* one span's most */
-#define REPLAY_GAP (64ul << 10)	/* runs this close: one read */
+#define REPLAY_GAP (256ul << 10)	/* runs this close: one read */
 
 /* A read: source [off, off + len) of a space, spans [first, end) of it. */
 struct span {
@@ -270,9 +271,16 @@ void replay_run(struct session *s, unsigned int k, unsigned int slot)
 	if (!rp)
 		return;
 	while (!atomic_load(&s->stop) &&
-	       (i = atomic_fetch_add(&rp->next, 1)) < rp->nr)
+	       (i = atomic_fetch_add(&rp->next, 1)) < rp->nr) {
+		/* The source reads the read after the next while we take
+		 * this one (the other push thread has the next). */
+		if (i + PUSHERS < rp->nr)
+			source_willneed(rp->spans[i + PUSHERS].sp->src,
+					rp->spans[i + PUSHERS].off,
+					rp->spans[i + PUSHERS].len);
 		if (!atomic_load(&rp->spans[i].sp->dead))
 			span_replay(s, rp, &rp->spans[i], rp->bufs[k], slot);
+	}
 	if (atomic_fetch_sub(&rp->running, 1) != 1)
 		return;
 	atomic_store(&s->replay_end_ns, now_ns());

@@ -39,6 +39,11 @@ static int img_extent(struct source *s, uint64_t off, struct src_extent *e)
 	return 0;
 }
 
+static void img_willneed(struct source *s, uint64_t off, uint64_t len)
+{
+	image_willneed(((struct src_image *)s)->img, off, len);
+}
+
 static void img_destroy(struct source *s)
 {
 	struct src_image *si = (struct src_image *)s;
@@ -51,6 +56,7 @@ static const struct source_ops src_image_ops = {
 	.name = "image",
 	.read = img_read,
 	.extent = img_extent,
+	.willneed = img_willneed,
 	.destroy = img_destroy,
 };
 

@@ -609,6 +609,7 @@ int image_open(int fd, const char *path, const struct img_key *key,
 int image_file_open(const char *path);
 void image_close(struct image *img);
 ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len);
+void image_willneed(struct image *img, uint64_t off, uint64_t len);
 int image_extent(struct image *img, uint64_t i, struct img_extent *e);
 int image_extent_at(struct image *img, uint64_t off, uint64_t *start,
 		    uint64_t *len);

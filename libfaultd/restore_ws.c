@@ -19,8 +19,10 @@
  * then what the program waits for), taking reads in turn, so that two
  * are in flight: the set's pages, joined into spans of consecutive pages
  * (wset_spans()), read in image order with one large read for spans less
- * than WS_GAP apart (the blocks between are read, not installed), up to
- * WS_READ bytes (io_uring, 64 KiB chunks in flight: image_read()),
+ * than WS_GAP apart (the blocks between are read, not installed: a gap
+ * costs less than another read), up to WS_READ bytes (io_uring, 64 KiB
+ * chunks in flight: image_read(); the read after the next is hinted to
+ * the kernel with POSIX_FADV_WILLNEED, so the disk reads ahead),
  * installed with UFFDIO_COPY and DONTWAKE (pages already in are stepped
  * over; a gap is read, not installed) and woken with one UFFDIO_WAKE per
  * span. Then the background population, unless LAZY.
@@ -46,7 +48,7 @@
 #include "wset.h"
 
 #define WS_READ (4ul << 20)	/* one span's most */
-#define WS_GAP (64ul << 10)	/* runs this close: one read */
+#define WS_GAP (256ul << 10)	/* runs this close: one read */
 #define WS_NICE 19
 #define WS_THREADS 2	/* reads in flight at once, as the daemon's pushers */
 
@@ -294,6 +296,14 @@ static void group_replay(struct rwset *w, size_t i, size_t j, char *buf)
 		span_install(w, &w->spans[k], at, buf);
 }
 
+static void group_willneed(struct rwset *w, size_t k)
+{
+	const struct wset_span *a = &w->spans[w->groups[k]];
+	const struct wset_span *z = &w->spans[w->groups[k + 1] - 1];
+
+	image_willneed(w->img, a->off, z->off + z->len - a->off);
+}
+
 /* Take reads in turn with the other replay threads, in image order. */
 static void replay_groups(struct rwset *w, char *buf)
 {
@@ -304,6 +314,10 @@ static void replay_groups(struct rwset *w, char *buf)
 	       (k = atomic_fetch_add(&w->next, 1)) < w->nr_groups) {
 		size_t i = w->groups[k], j = w->groups[k + 1];
 
+		/* The disk reads the read after the next while we take
+		 * this one (the other thread has the next). */
+		if (k + WS_THREADS < w->nr_groups)
+			group_willneed(w, k + WS_THREADS);
 		pthread_rwlock_rdlock(&r->lock);
 		if (!r->dead && w->spans[j - 1].off + w->spans[j - 1].len <=
 					atomic_load(&r->len))
