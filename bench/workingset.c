@@ -23,6 +23,12 @@
  *                  the base set
  *   replay-concurrent  the recorded set replayed while the program runs
  *                  (faults first)
+ *   daemon-on-demand, daemon-replay  the same through the faultd daemon
+ *                  (started by the bench, as scenario restore does), the
+ *                  set replayed by its push threads while the program
+ *                  runs (the set recorded in the process: one format, one
+ *                  image identity); warm only. Faults are the daemon's
+ *                  report, read 300 ms after the touch; no read rates.
  *   seq-read       one sequential read (pread, 4 MiB at a time) of as
  *                  many bytes of the image's data as replay read, each
  *                  64 KiB checked by its CRC32C as the replay's: the limit
@@ -44,14 +50,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "proto.h"
 #include "wset.h"
 
 enum { V_OD, V_REP, V_MERGED, V_CONC, V_SEQ, V_COLD };
 #define KINDS V_COLD	/* each kind warm, then cold */
+/* Then, warm only, through the daemon. */
+enum { V_D_OD = 2 * KINDS, V_D_REP, V_NR };
 enum { M_FAULTS, M_WS, M_READ, M_IO, M_P99 };
 
 #define PAGE 4096ul
@@ -68,6 +81,8 @@ static size_t probes_n;
 static bool have_merged, have_rec;
 static uint64_t replay_bytes[2]; /* what the last replay read: warm, cold */
 static uint32_t crc_sink;	/* keeps seq-read's checks from being elided */
+static char sock[108];
+static pid_t daemon_pid;
 
 static void files_remove(void)
 {
@@ -76,6 +91,45 @@ static void files_remove(void)
 	for (size_t i = 0; i < 4; i++)
 		if (f[i][0])
 			unlink(f[i]);
+	if (daemon_pid > 0)
+		kill(daemon_pid, SIGTERM);
+}
+
+/* The daemon, started once, next to this program or $FAULTD_DAEMON. */
+static int daemon_get(void)
+{
+	char exe[PATH_MAX], *env = getenv("FAULTD_DAEMON");
+	double deadline;
+	ssize_t n;
+	int s;
+
+	if (daemon_pid > 0)
+		return 0;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 32);
+	if (n < 0)
+		return -errno;
+	exe[n] = 0;
+	strcat(dirname(exe), "/../daemon/faultd");
+	if (env)
+		snprintf(exe, sizeof(exe), "%s", env);
+	if (access(exe, X_OK))
+		return -ENOENT;
+	snprintf(sock, sizeof(sock), "/tmp/faultd-bench-ws-%d.sock", getpid());
+	daemon_pid = fork();
+	if (daemon_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(exe, exe, "--socket", sock, (char *)NULL);
+		_exit(127);
+	}
+	for (deadline = bench_now() + 5; bench_now() < deadline;) {
+		s = proto_connect(sock);
+		if (s >= 0) {
+			close(s);
+			return 0;
+		}
+		usleep(10000);
+	}
+	return -ETIMEDOUT;
 }
 
 static int tmp_file(char *path, const char *what)
@@ -239,17 +293,22 @@ static void *probe(void *arg)
 	return NULL;
 }
 
+/* The faults of @r so far: the library's, and the daemon's last report. */
 static uint64_t region_faults(struct faultd_region *r)
 {
-	struct faultd_stats st = { .size = sizeof(st) };
+	struct faultd_restore_progress p = { .size = sizeof(p) };
 
-	faultd_region_stats(r, &st);
-	return st.faults;
+	faultd_restore_progress(r, &p);
+	return p.faults;
 }
 
-/* Touch the base set from 2 threads (and probe alongside, @replay). */
-static void program(struct faultd_region *r, bool replay, struct sample *out,
-		    double t0)
+/*
+ * Touch the base set from 2 threads, and probe the fault latency: during
+ * the replay alongside (@replay), else after the touch (not while
+ * @recording: the probes would be in the set).
+ */
+static void program(struct faultd_region *r, bool replay, bool daemon,
+		    bool recording, struct sample *out, double t0)
 {
 	const char *base = faultd_region_base(r);
 	struct toucher t[2] = {
@@ -274,11 +333,13 @@ static void program(struct faultd_region *r, bool replay, struct sample *out,
 	out->value[M_WS] = (bench_now() - t0) * 1e3;
 	if (replay)
 		pthread_join(pt, NULL);
+	if (daemon) /* its report comes every 100 ms */
+		usleep(300000);
 	out->value[M_FAULTS] = (double)(region_faults(r) - f0);
 	if (replay) /* the probe's faults are not the program's */
 		out->value[M_FAULTS] -= (double)pr->n;
-	else if (probes_n) /* idle: the latency of a quiet restore */
-		probe(pr);
+	else if (!recording) /* idle: the latency of a quiet restore */
+		probe(pr);	/* (not in a recording: not the program's) */
 	lat_percentiles(&pr->h, 1, sizeof(*pr), &p50, &p99);
 	out->value[M_P99] = p99;
 	free(pr);
@@ -289,13 +350,15 @@ static void program(struct faultd_region *r, bool replay, struct sample *out,
  * before the program runs (@first) or while it runs.
  */
 static int restore_once(const char *record, const char *set_path, bool first,
-			struct sample *out, uint64_t *bytes)
+			bool daemon, struct sample *out, uint64_t *bytes)
 {
 	struct faultd_restore_opts o = {
 		.size = sizeof(o),
 		.flags = FAULTD_RESTORE_LAZY |
-			 (first ? FAULTD_RESTORE_WSET_FIRST : 0),
-		.record_working_set = record, .working_set = set_path };
+			 (first ? FAULTD_RESTORE_WSET_FIRST : 0) |
+			 (daemon ? FAULTD_RESTORE_DAEMON : 0),
+		.socket = sock, .record_working_set = record,
+		.working_set = set_path };
 	struct faultd_restore_progress p = { .size = sizeof(p) };
 	struct faultd_ctx *ctx = bench_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *r;
@@ -303,8 +366,9 @@ static int restore_once(const char *record, const char *set_path, bool first,
 	int ret = ctx ? faultd_restore(ctx, image, &o, &r) : -ENOMEM;
 
 	if (!ret) {
-		program(r, set_path && !first, out, t0);
-		while (set_path && !replay_over(r))
+		program(r, set_path && !first && !daemon, daemon, record,
+			out, t0);
+		while (set_path && !daemon && !replay_over(r))
 			usleep(1000);
 		faultd_restore_progress(r, &p);
 		if (set_path && p.replay_ns)
@@ -346,7 +410,7 @@ static int record_perturbed(uint64_t seed, const char *path)
 		return -ENOMEM;
 	perturb(mine, seed);
 	set = mine;
-	ret = restore_once(path, NULL, false, &junk, NULL);
+	ret = restore_once(path, NULL, false, false, &junk, NULL);
 	set = save;
 	free(mine);
 	return ret;
@@ -360,7 +424,7 @@ static int rec_get(void)
 
 	if (have_rec)
 		return 0;
-	ret = restore_once(rec, NULL, false, &junk, NULL);
+	ret = restore_once(rec, NULL, false, false, &junk, NULL);
 	have_rec = !ret;
 	return ret;
 }
@@ -433,13 +497,30 @@ out:
 	return ret;
 }
 
+static int daemon_run(unsigned int v, struct sample *out)
+{
+	int ret = rec_get();
+
+	if (ret)
+		return ret;
+	if (daemon_get() < 0) {
+		out->skipped = "no faultd daemon next to faultd-bench "
+			       "(set FAULTD_DAEMON)";
+		return 0;
+	}
+	return restore_once(NULL, v == V_D_REP ? rec : NULL, false, true, out,
+			    NULL);
+}
+
 static int workingset_run(const struct bench_opts *o, unsigned int v,
 			  struct sample *out)
 {
-	bool cold = v >= KINDS;
+	bool cold = v >= KINDS && v < V_D_OD;
 	unsigned int kind = cold ? v - KINDS : v;
 	int ret = image_get(o->size_mib << 20);
 
+	if (!ret && v >= V_D_OD)
+		return daemon_run(v, out);
 	if (!ret && kind == V_MERGED)
 		ret = merged_get();
 	if (!ret && (kind == V_REP || kind == V_CONC))
@@ -450,13 +531,14 @@ static int workingset_run(const struct bench_opts *o, unsigned int v,
 		cache_drop();
 	switch (kind) {
 	case V_OD:
-		return restore_once(NULL, NULL, false, out, NULL);
+		return restore_once(NULL, NULL, false, false, out, NULL);
 	case V_REP:
-		return restore_once(NULL, rec, true, out, &replay_bytes[cold]);
+		return restore_once(NULL, rec, true, false, out,
+				    &replay_bytes[cold]);
 	case V_MERGED:
-		return restore_once(NULL, merged, true, out, NULL);
+		return restore_once(NULL, merged, true, false, out, NULL);
 	case V_CONC:
-		return restore_once(NULL, rec, false, out, NULL);
+		return restore_once(NULL, rec, false, false, out, NULL);
 	default:
 		return seq_read(replay_bytes[cold], out);
 	}
@@ -476,14 +558,15 @@ const struct scenario scenario_workingset = {
 	.variants = { "on-demand", "replay", "replay-merged",
 		      "replay-concurrent", "seq-read", "on-demand-cold",
 		      "replay-cold", "replay-merged-cold",
-		      "replay-concurrent-cold", "seq-read-cold" },
-	.nvariants = 10,
+		      "replay-concurrent-cold", "seq-read-cold",
+		      "daemon-on-demand", "daemon-replay" },
+	.nvariants = V_NR,
 	.ratios = { { V_REP, V_OD }, { V_MERGED, V_OD }, { V_CONC, V_OD },
 		    { V_REP, V_SEQ }, { COLD(V_REP), COLD(V_OD) },
 		    { COLD(V_MERGED), COLD(V_OD) },
 		    { COLD(V_CONC), COLD(V_OD) },
-		    { COLD(V_REP), COLD(V_SEQ) } },
-	.nratios = 8,
+		    { COLD(V_REP), COLD(V_SEQ) }, { V_D_REP, V_D_OD } },
+	.nratios = 9,
 	.default_threads = 2,
 	.default_size_mib = 1024,
 	.run = workingset_run,
