@@ -28,6 +28,12 @@
  *         ranges. Never held across a source read or a wait for a peer.)
  *         port read_lock (uloop.c: a read() and its events; takes
  *           space->lock for writing inside, through the event handler)
+ *   session->push_lock (pushers wait on push_cond under it; the first
+ *     push thread loads a working set under it, replay_start(): a file
+ *     read, and spaces_lock for reading inside)
+ *   session->rec->lock (wset.h: the record's entries; a leaf, also taken
+ *     under space->lock when a fork's space is noted; never held across
+ *     I/O)
  * Bits of a space's bitmaps are changed with atomics under space->lock
  * held for reading (installs) or writing (events).
  */
