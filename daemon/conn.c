@@ -139,14 +139,14 @@ static void limit_give(uid_t uid, bool session)
 
 struct registration {
 	int sock;
-	int fds[2];		/* uffd, image */
+	int fds[PROTO_REG_MAX_FDS]; /* uffd, image[, record][, set]; -1 */
 	struct peer peer;
 	struct proto_register *m; /* a copy of the message */
 };
 
 static void registration_free(struct registration *g)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < PROTO_REG_MAX_FDS; i++)
 		if (g->fds[i] >= 0)
 			close(g->fds[i]);
 	if (g->sock >= 0)
@@ -306,12 +306,12 @@ static int hello_reply(int sock, const struct proto_hello *h)
 }
 
 /*
- * A REGISTER with its two descriptors: take a session, hand the
- * connection to a thread of its own. The connection leaves the loop
- * either way.
+ * A REGISTER with its descriptors (@nfds, as its flags say): take a
+ * session, hand the connection to a thread of its own. The connection
+ * leaves the loop either way.
  */
 static void conn_register(struct loop *l, struct conn *c, size_t len,
-			  int *fds)
+			  int *fds, unsigned int nfds)
 {
 	struct registration *g = calloc(1, sizeof(*g));
 	const char *why = "out of memory";
@@ -320,8 +320,9 @@ static void conn_register(struct loop *l, struct conn *c, size_t len,
 
 	if (g) {
 		*g = (struct registration){ .sock = c->sock,
-					    .fds = { fds[0], fds[1] },
+					    .fds = { -1, -1, -1, -1 },
 					    .peer = c->peer };
+		memcpy(g->fds, fds, nfds * sizeof(*fds));
 		peer_init(&c->peer); /* g has it now */
 		g->m = malloc(len);
 		ret = g->m ? 0 : -ENOMEM;
@@ -347,8 +348,8 @@ static void conn_register(struct loop *l, struct conn *c, size_t len,
 			g->sock = -1; /* conn_close() closes it */
 			registration_free(g);
 		} else {
-			close(fds[0]);
-			close(fds[1]);
+			for (unsigned int i = 0; i < nfds; i++)
+				close(fds[i]);
 		}
 	}
 	conn_close(l, c, !ret);
@@ -360,9 +361,9 @@ static void conn_input(struct loop *l, struct conn *c)
 	const struct proto_hdr *h = (const void *)l->buf;
 	const char *why;
 	unsigned int nfds = 0;
-	int fds[2];
-	ssize_t n = proto_recv_checked(c->sock, l->buf, PROTO_MAX_MSG, fds, 2,
-				       &nfds, &why);
+	int fds[PROTO_REG_MAX_FDS];
+	ssize_t n = proto_recv_checked(c->sock, l->buf, PROTO_MAX_MSG, fds,
+				       PROTO_REG_MAX_FDS, &nfds, &why);
 
 	if (n == -EAGAIN)
 		return;
@@ -384,8 +385,10 @@ static void conn_input(struct loop *l, struct conn *c)
 		conn_close(l, c, false);
 		return;
 	}
-	if (h->type == MSG_REGISTER && nfds == 2 && c->state == CONN_REQUEST) {
-		conn_register(l, c, (size_t)n, fds);
+	if (h->type == MSG_REGISTER && c->state == CONN_REQUEST &&
+	    nfds == proto_register_nfds(((const struct proto_register *)h)
+						->flags)) {
+		conn_register(l, c, (size_t)n, fds, nfds);
 		return;
 	}
 	for (unsigned int i = 0; i < nfds; i++)
@@ -403,7 +406,8 @@ static void conn_input(struct loop *l, struct conn *c)
 		fdp_status(c->sock, c->peer.uid);
 	else
 		proto_error_send(c->sock, -EPROTO, h->type == MSG_REGISTER
-			? "REGISTER needs two descriptors: uffd and image"
+			? "REGISTER needs its descriptors: uffd, image, and "
+			  "the working-set files its flags name"
 			: "expected REGISTER or STATUS");
 	conn_close(l, c, false);
 }

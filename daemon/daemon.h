@@ -51,6 +51,9 @@ uint64_t now_ms(void);
 
 /* front_fdp.c - the faultd protocol's sessions */
 struct peer;
+/* wset_cmd.c: faultd working-set ... */
+int wset_cmd(int argc, char **argv);
+
 int fdp_register(int sock, const struct proto_register *m, int *fds,
 		 struct peer *peer);
 void fdp_status(int sock, uid_t uid);

@@ -6,6 +6,7 @@
  *   faultd [--socket PATH] [--max-sessions N] [--max-user-sessions N]
  *          [--max-connections N] [--max-user-connections N]
  *          [--handshake-timeout MS] [-v] [-v]
+ *   faultd working-set show FILE | merge -o OUT [--min-count K] A B ...
  *
  * It listens on a SOCK_SEQPACKET Unix socket (PATH, or the one systemd
  * passes with socket activation, or $XDG_RUNTIME_DIR/faultd.sock, else
@@ -296,6 +297,8 @@ int main(int argc, char **argv)
 		raise_nofile();
 		return lazy_pages_main(argc - 1, argv + 1);
 	}
+	if (argc > 1 && !strcmp(argv[1], "working-set"))
+		return wset_cmd(argc - 1, argv + 1);
 	if (parse(argc, argv) < 0)
 		return 2;
 	std_fds();

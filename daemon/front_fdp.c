@@ -5,7 +5,8 @@
  * a faultd image.
  *
  * The client sends its userfaultfd and the image by SCM_RIGHTS, and the
- * ranges of its region with their image offsets. The session pushes every
+ * ranges of its region with their image offsets; with RECORD and WSET,
+ * a file to record the working set in and one to replay (session.h). The session pushes every
  * block unless the client asked for LAZY, sends PROGRESS every 100 ms and
  * DONE when every page is in, answers STATS and takes PREFETCH hints, and
  * ends when the client closes the connection (it serves its region itself
@@ -13,9 +14,11 @@
  * case, so the end of a session never leaves a fault to the kernel.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -239,6 +242,48 @@ static int fdp_image(const struct proto_register *m, int fd,
 	return ret;
 }
 
+/* Descriptor @fd is a regular file open for writing (@write) or reading. */
+static bool wset_fd_ok(int fd, bool write, uint64_t max)
+{
+	int fl = fcntl(fd, F_GETFL);
+	struct stat st;
+
+	if (fl < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return false;
+	if (write)
+		return (fl & O_ACCMODE) != O_RDONLY;
+	return (fl & O_ACCMODE) != O_WRONLY && (uint64_t)st.st_size <= max;
+}
+
+/*
+ * The working-set descriptors of @m (after the uffd and the image) into
+ * @o, checked: a record file open for writing, a set open for reading
+ * and no larger than a set of @src can be.
+ */
+static int fdp_wset_fds(const struct proto_register *m, const int *fds,
+			const struct source *src, struct session_opts *o,
+			const char **why)
+{
+	uint64_t max = sizeof(struct wset_header) + sizeof(struct wset_space) +
+		       src->size / src->page_size * sizeof(struct wset_entry);
+	unsigned int i = 2;
+
+	if (m->flags & PROTO_REG_RECORD) {
+		*why = "the record descriptor is not a file open for writing";
+		if (!wset_fd_ok(fds[i], true, 0))
+			return -EINVAL;
+		o->record_fd = fds[i++];
+	}
+	if (m->flags & PROTO_REG_WSET) {
+		*why = "the working-set descriptor is not a file open for "
+		       "reading, or is larger than a set of the image";
+		if (!wset_fd_ok(fds[i], false, max))
+			return -EINVAL;
+		o->wset_fd = fds[i];
+	}
+	return 0;
+}
+
 /* Check @m and its descriptors; a source for its image. */
 static int fdp_check(const struct proto_register *m, const int *fds,
 		     const struct peer *peer, struct fdp *f,
@@ -267,9 +312,8 @@ static int fdp_check(const struct proto_register *m, const int *fds,
  * On failure the error has been sent to the client; @fds stay the
  * caller's.
  */
-static int fdp_session(int sock, const struct proto_register *m,
-		       const int *fds, struct peer *peer, struct fdp *f,
-		       struct session **sp)
+static int fdp_session(int sock, const struct proto_register *m, int *fds,
+		       struct peer *peer, struct fdp *f, struct session **sp)
 {
 	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY) };
 	struct source *src = NULL;
@@ -278,9 +322,12 @@ static int fdp_session(int sock, const struct proto_register *m,
 	const char *why;
 	int ret = fdp_check(m, fds, peer, f, &src, &why);
 
+	if (!ret)
+		ret = fdp_wset_fds(m, fds, src, &o, &why);
 	if (!ret) {
 		why = "cannot start the session";
 		ret = session_create(&o, &fdp_ops, f, &s);
+		fds[2] = fds[3] = -1; /* the session's, or closed */
 	}
 	if (!ret && session_own_source(s, src) < 0)
 		ret = -ENOMEM;

@@ -13,6 +13,9 @@
  * just after its page: where the next faults are likely to be. A waking
  * handler thread (nice 0) preempts a pusher at once.
  *
+ * A session with a working set replays it first (replay.c), in these
+ * threads, then pushes if it pushes.
+ *
  * Measured for the first engine (faultd-bench run restore, 512 MiB, this
  * 2-vCPU machine): fault p99 during the push 0.36 ms against 0.43 ms
  * without a push, 1.97 GB/s; SCHED_BATCH (no wake-up preemption by it,
@@ -216,7 +219,13 @@ static void *push_main(void *arg)
 
 	if (!s->o.push_fair)
 		setpriority(PRIO_PROCESS, (id_t)gettid(), PUSH_NICE);
-	while (!atomic_load(&s->stop)) {
+	/* A working set first, once every space the peer will register is
+	 * there; then the push, if the session pushes. */
+	while (!atomic_load(&s->stop) && !atomic_load(&s->settled))
+		push_wait(s, 10);
+	replay_start(s);
+	replay_run(s, p->k, PUSH_SLOT(p));
+	while (!atomic_load(&s->stop) && s->o.push) {
 		if (s->o.push_after_first && !atomic_load(&s->first_fault_ns)) {
 			push_wait(s, 1000);
 			continue;
@@ -244,10 +253,12 @@ static void *push_main(void *arg)
 	return NULL;
 }
 
-/* Start the push threads, if the session pushes. */
+/* Start the push threads, if the session pushes or replays a set. */
 int push_start(struct session *s)
 {
-	for (unsigned int k = 0; k < PUSHERS && s->o.push; k++) {
+	bool want = s->o.push || s->o.wset_path || s->o.wset_fd > 0;
+
+	for (unsigned int k = 0; k < PUSHERS && want; k++) {
 		struct pusher *p = calloc(1, sizeof(*p));
 		int ret = -ENOMEM;
 

@@ -68,9 +68,31 @@ static int epoll_add(int epfd, int fd, uint32_t events, void *ptr)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
+/* A recorder, if @s records: its spaces are noted as they are added. */
+static int record_setup(struct session *s)
+{
+	if (!s->o.record_path && s->o.record_fd <= 0)
+		return 0;
+	s->rec = malloc(sizeof(*s->rec));
+	if (!s->rec)
+		return -ENOMEM;
+	wset_rec_init(s->rec);
+	return 0;
+}
+
+/* The working-set descriptors of @o, when no session takes them. */
+static void opts_close(const struct session_opts *o)
+{
+	if (o->record_fd > 0)
+		close(o->record_fd);
+	if (o->wset_fd > 0)
+		close(o->wset_fd);
+}
+
 /*
  * session_create() - a session served by the engine for a front end,
- * with no space yet. Returns 0 or -errno.
+ * with no space yet. Returns 0 or -errno. The descriptors of @o are the
+ * session's (closed on failure too).
  */
 int session_create(const struct session_opts *o,
 		   const struct session_fe_ops *fe, void *fe_data,
@@ -79,8 +101,10 @@ int session_create(const struct session_opts *o,
 	struct session *s = calloc(1, sizeof(*s));
 	int ret = -ENOMEM;
 
-	if (!s)
+	if (!s) {
+		opts_close(o);
 		return -ENOMEM;
+	}
 	s->o = *o;
 	s->fe = fe;
 	s->fe_data = fe_data;
@@ -105,7 +129,7 @@ int session_create(const struct session_opts *o,
 		ret = -errno;
 		goto err;
 	}
-	if (!s->workers)
+	if (!s->workers || record_setup(s))
 		goto err;
 	ret = epoll_add(s->epfd, s->stop_fd, EPOLLIN, NULL);
 	if (!ret)
@@ -309,6 +333,40 @@ void session_note_fault(struct session *s, struct space *sp, uint64_t page)
 	atomic_fetch_add(&s->push_hint_seq, 1);
 }
 
+/*
+ * session_record_save() - write what @s recorded (session_opts) now.
+ * Returns 0, -ENOENT (it does not record) or -errno, which is logged.
+ * Context: the control loop's thread (or after the session ran).
+ */
+int session_record_save(struct session *s)
+{
+	struct wset ws;
+	uint64_t noted;
+	int ret;
+
+	if (!s->rec)
+		return -ENOENT;
+	ret = wset_rec_copy(s->rec, &ws);
+	noted = ws.nr;
+	if (!ret) /* a page both sides of a fork faulted on is listed once */
+		ret = wset_dedupe(&ws);
+	if (!ret)
+		ret = s->o.record_path ? wset_save(s->o.record_path, &ws)
+				       : wset_write_fd(s->o.record_fd, &ws);
+	if (ret) {
+		dlog(0, "%s: cannot write the working set%s%s: %s",
+		     s->o.name, s->o.record_path ? " " : "",
+		     s->o.record_path ? s->o.record_path : "", strerror(-ret));
+	} else {
+		dlog(1, "%s: working set written: %llu pages", s->o.name,
+		     (unsigned long long)ws.nr);
+		s->rec->written = noted;
+		s->rec_saved = true;
+	}
+	wset_free(&ws);
+	return ret;
+}
+
 /* ------------------------------------------------------------------------
  * Handler threads.
  */
@@ -454,8 +512,15 @@ static void control_loop(struct session *s)
 		for (int i = 0; i < n; i++)
 			if (!control_event(s, &ev[i]))
 				session_stop(s);
-		if (atomic_load(&s->stop) || !s->fe->tick)
+		/* Every page in: nothing can fault for the first time any
+		 * more, and the record is whole before the peer hears of it
+		 * (a recording session only: else this is -ENOENT). */
+		if (all_in && !told_all_in)
+			session_record_save(s);
+		if (atomic_load(&s->stop) || !s->fe->tick) {
+			told_all_in = all_in;
 			continue;
+		}
 		if (all_in && !told_all_in) {
 			s->fe->tick(s, true);
 		} else if (now - last >= PROGRESS_MS * 1000000ull) {
@@ -495,6 +560,9 @@ int session_run(struct session *s)
 	atomic_store(&s->stop, true);
 	workers_stop(s);
 	push_stop(s);
+	/* Its threads are stopped: nothing is noted any more. */
+	if (s->rec && (!s->rec_saved || s->rec->written != s->rec->set.nr))
+		session_record_save(s);
 	/* A daemon that stops leaves what nobody else can serve for the
 	 * next one; everything else ended for good. */
 	if (!daemon_stopping() || !s->kind || s->kind->takeover)
@@ -537,6 +605,12 @@ void session_free(struct session *s)
 		source_destroy(s->srcs[i]);
 	free(s->srcs);
 	free(s->workers);
+	replay_free(s);
+	if (s->rec) {
+		wset_rec_free(s->rec);
+		free(s->rec);
+	}
+	opts_close(&s->o);
 	if (s->record_fd >= 0)
 		close(s->record_fd);
 	if (s->close_peer && s->peer_fd >= 0)
@@ -594,6 +668,7 @@ static void view_add_space(struct session_view *v, struct space *sp,
 	v->eagain += atomic_load(&sp->st.eagain);
 	v->removes += atomic_load(&sp->st.removes);
 	v->poisoned += atomic_load(&sp->st.poisoned);
+	v->pages_replayed += atomic_load(&sp->st.replayed);
 	stat_sum(lat, &sp->lat);
 }
 
@@ -617,6 +692,10 @@ void session_view(struct session *s, struct session_view *v)
 	v->first_fault_ms = first ? ms_since(s->started_ns, first) : 0;
 	v->all_in_ms = all_in ? ms_since(s->started_ns, all_in) : 0;
 	v->age_ms = ms_since(s->started_ns, now_ns());
+	v->replay_bytes = atomic_load(&s->replay_bytes);
+	if (atomic_load(&s->replay_end_ns))
+		v->replay_ms = ms_since(atomic_load(&s->replay_start_ns),
+					atomic_load(&s->replay_end_ns));
 }
 
 /*

@@ -28,6 +28,12 @@
  *         ranges. Never held across a source read or a wait for a peer.)
  *         port read_lock (uloop.c: a read() and its events; takes
  *           space->lock for writing inside, through the event handler)
+ *   session->push_lock (pushers wait on push_cond under it; the first
+ *     push thread loads a working set under it, replay_start(): a file
+ *     read, and spaces_lock for reading inside)
+ *   session->rec->lock (wset.h: the record's entries; a leaf, also taken
+ *     under space->lock when a fork's space is noted; never held across
+ *     I/O)
  * Bits of a space's bitmaps are changed with atomics under space->lock
  * held for reading (installs) or writing (events).
  */
@@ -43,6 +49,7 @@
 #include "internal.h"
 #include "persist.h"
 #include "source.h"
+#include "wset.h"
 
 #define PUSHERS 2		/* push threads per session */
 
@@ -69,6 +76,7 @@ struct space_stats {
 	atomic_uint_fast64_t remaps;	/* REMAP events */
 	atomic_uint_fast64_t forks;	/* FORK events */
 	atomic_uint_fast64_t poisoned;	/* pages poisoned: bad content */
+	atomic_uint_fast64_t replayed;	/* pages installed by a replay */
 };
 
 struct session;
@@ -102,6 +110,10 @@ struct space {
 	uint64_t nr_pages;	/* tracked pages */
 	atomic_uint_fast64_t pending; /* tracked pages not done */
 	atomic_bool dead;	/* its process is gone */
+	/* Recording (session->rec): tracked pages whose first fault is
+	 * noted, and the space's index in the record; NULL: not noted. */
+	_Atomic uint64_t *seen;
+	uint32_t rec_space;
 
 	struct space_stats st;
 	struct stat_block lat;	/* fault read to wake (shared counts) */
@@ -119,6 +131,22 @@ struct session_opts {
 	 * that must end (CRIU's) waits for it. */
 	bool push_fair;
 	size_t around;		/* fault-around window; 0: 64 KiB */
+	/*
+	 * Working sets (faultd-working-set(5)). Record: the pages that
+	 * faulted while pending, in the order of first touch, written when
+	 * every page is in and when the session ends - to record_path
+	 * (through a temporary file renamed over it) or, if record_fd > 0,
+	 * into that file from offset 0. Replay: the set in wset_fd (> 0) or
+	 * at wset_path is loaded before the push (and with push false too),
+	 * once the session is settled; a set that is not of the session's
+	 * sources, or is corrupt, is logged and not used. Descriptors are
+	 * the session's from session_create() on, which closes them (also
+	 * when it fails).
+	 */
+	const char *record_path;
+	int record_fd;
+	const char *wset_path;
+	int wset_fd;
 };
 
 /* The front end's side of a session. Every hook may be NULL. */
@@ -182,6 +210,12 @@ struct session {
 	unsigned int nr_pushers;
 	pthread_mutex_t push_lock;	/* with push_cond: pushers wait */
 	pthread_cond_t push_cond;
+	struct wset_rec *rec;	/* recording; NULL: not */
+	bool rec_saved;		/* the control loop's: written once */
+	struct replay *replay;	/* the set to replay; NULL: none */
+	bool replay_prepared;	/* under push_lock: loaded (or refused) */
+	atomic_uint_fast64_t replay_pages, replay_bytes;
+	atomic_uint_fast64_t replay_start_ns, replay_end_ns;
 	struct session *next;	/* the daemon's list, under sessions_lock */
 };
 
@@ -219,6 +253,7 @@ void session_free(struct session *s);
 bool session_all_in(const struct session *s);
 void session_note_all_in(struct session *s);
 void session_note_fault(struct session *s, struct space *sp, uint64_t page);
+int session_record_save(struct session *s);
 void sessions_stop_all(void);
 void sessions_persist_all(void);
 size_t sessions_count(void);
@@ -233,6 +268,7 @@ struct session_view {
 	bool all_in;
 	uint64_t pages_total, pages_urgent, pages_background, pages_zero;
 	uint64_t faults, eexist, eagain, removes, poisoned;
+	uint64_t pages_replayed, replay_bytes, replay_ms; /* 0: none */
 	uint64_t p50_ns, p99_ns;
 	uint64_t first_fault_ms, all_in_ms, age_ms;
 };
@@ -270,6 +306,15 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 void space_recheck_inflight(struct space *sp);
 void space_poison_run(struct space *sp, const struct space_run *run,
 		      uint64_t gen, int err);
+int space_read(struct space *sp, uint64_t off, size_t len, char *buf);
+uint64_t space_replay(struct space *sp, uint64_t off, uint64_t len,
+		      const char *buf, unsigned int slot);
+void space_describe(const struct space *sp, struct wset_space *out);
+
+/* replay.c */
+void replay_start(struct session *s);
+void replay_run(struct session *s, unsigned int k, unsigned int slot);
+void replay_free(struct session *s);
 
 /* push.c */
 int push_start(struct session *s);

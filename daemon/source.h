@@ -63,6 +63,12 @@ struct source_ops {
 	 * e->off <= off < e->off + e->len always holds.
 	 */
 	int (*extent)(struct source *s, uint64_t off, struct src_extent *e);
+	/*
+	 * [off, off + len) will be read soon: start reading it (a hint; a
+	 * working-set replay gives it for the read after its next). NULL:
+	 * the source has nothing to start.
+	 */
+	void (*willneed)(struct source *s, uint64_t off, uint64_t len);
 	/* Free the source and close what it holds. */
 	void (*destroy)(struct source *s);
 };
@@ -99,6 +105,13 @@ static inline int source_extent(struct source *s, uint64_t off,
 				struct src_extent *e)
 {
 	return s->ops->extent(s, off, e);
+}
+
+static inline void source_willneed(struct source *s, uint64_t off,
+				   uint64_t len)
+{
+	if (s->ops->willneed)
+		s->ops->willneed(s, off, len);
 }
 
 static inline void source_destroy(struct source *s)

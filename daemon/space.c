@@ -522,11 +522,11 @@ static bool plan_locked(struct space *sp, uint64_t page, struct plan *pl)
 }
 
 /*
- * fill_window() - the source's content of [off, off + len) into @buf:
+ * space_read() - the source's content of [off, off + len) into @buf:
  * data read, zero and unknown extents cleared. Returns 0 or the source's
  * -errno. Context: no lock (the source may take its time).
  */
-static int fill_window(struct space *sp, uint64_t off, size_t len, char *buf)
+int space_read(struct space *sp, uint64_t off, size_t len, char *buf)
 {
 	size_t done = 0;
 
@@ -707,14 +707,14 @@ static void poison_page_locked(struct space *sp, const struct plan *pl,
  */
 static int fill_plan(struct space *sp, struct plan *pl, char *buf)
 {
-	int ret = fill_window(sp, pl->src, pl->len, buf);
+	int ret = space_read(sp, pl->src, pl->len, buf);
 
 	if (!ret || pl->len == sp->page_size)
 		return ret;
 	pl->src += pl->page - pl->start;
 	pl->start = pl->page;
 	pl->len = sp->page_size;
-	return fill_window(sp, pl->src, pl->len, buf);
+	return space_read(sp, pl->src, pl->len, buf);
 }
 
 enum { F_DONE, F_PARK, F_REPLAN };
@@ -754,6 +754,29 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 	return F_DONE;
 }
 
+/*
+ * Recording: note @page if it is a tracked page still pending that never
+ * faulted before (pushed pages do not fault; a page that faults again
+ * after a REMOVE reads zeros and is not pending).
+ */
+static void record_touch(struct space *sp, uint64_t page)
+{
+	const struct srange *r;
+	uint64_t soff = 0, bit;
+	bool first = false;
+
+	pthread_rwlock_rdlock(&sp->lock);
+	r = range_find_locked(sp, page);
+	if (r) {
+		soff = r->src_off + (page - r->start);
+		first = seg_bit(sp, soff, &bit) && !bit_test(sp->done, bit) &&
+			bit_set(sp->seen, bit);
+	}
+	pthread_rwlock_unlock(&sp->lock);
+	if (first)
+		wset_rec_add(sp->s->rec, sp->rec_space, soff / sp->page_size);
+}
+
 static void fault_latency(struct space *sp, const struct fault_req *req)
 {
 	uint64_t now = now_ns();
@@ -774,6 +797,8 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 		req->counted = true;
 		atomic_fetch_add(&sp->st.faults, 1);
 		session_note_fault(sp->s, sp, page);
+		if (sp->seen)
+			record_touch(sp, page);
 	}
 	for (int i = 0; i < FAULT_TRIES && ret == F_REPLAN; i++)
 		ret = fault_once(sp, page, w->buf, w->slot);
@@ -965,6 +990,75 @@ void space_poison_run(struct space *sp, const struct space_run *run,
 	pthread_rwlock_unlock(&sp->lock);
 }
 
+/* A part of a replayed span that one range maps. */
+struct piece {
+	uint64_t start, len, src_off;
+};
+
+#define PIECES 16	/* ranges one span is installed into at once */
+
+/*
+ * The pieces of client memory that map source [off, off + len), at most
+ * @max, after the first @skip. Context: sp->lock (read).
+ */
+static size_t pieces_locked(struct space *sp, uint64_t off, uint64_t len,
+			    struct piece *out, size_t max, size_t skip)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < sp->nr && n < max; i++) {
+		const struct srange *r = &sp->r[i];
+		uint64_t a = max_u64(off, r->src_off);
+		uint64_t e = min_u64(off + len, r->src_off + r->len);
+
+		if (a >= e)
+			continue;
+		if (skip) {
+			skip--;
+			continue;
+		}
+		out[n++] = (struct piece){ r->start + (a - r->src_off), e - a,
+					   a };
+	}
+	return n;
+}
+
+/*
+ * space_replay() - install source [off, off + len) of @sp from @buf (its
+ * content): the pending pages of every range that maps part of it, without
+ * waking anyone, then one wake over each part. A part whose ranges change
+ * meanwhile, or that an event holds up, is left to the faults and the
+ * push. Returns the pages installed. Context: a push thread.
+ */
+uint64_t space_replay(struct space *sp, uint64_t off, uint64_t len,
+		      const char *buf, unsigned int slot)
+{
+	struct piece pc[PIECES];
+	uint64_t pages = 0, gen;
+	size_t n, skip = 0;
+
+	do {
+		pthread_rwlock_rdlock(&sp->lock);
+		gen = sp->gen;
+		n = pieces_locked(sp, off, len, pc, PIECES, skip);
+		pthread_rwlock_unlock(&sp->lock);
+		for (size_t i = 0; i < n; i++) {
+			struct space_run run = { pc[i].start, pc[i].len,
+						 pc[i].src_off, SRC_DATA };
+			ssize_t got = space_install_run(
+				sp, &run, buf + (pc[i].src_off - off), gen,
+				true, slot);
+
+			if (got > 0)
+				pages += (uint64_t)got;
+			uffd_wake(sp->uffd, pc[i].start, pc[i].len);
+		}
+		skip += n;
+	} while (n == PIECES);
+	atomic_fetch_add(&sp->st.replayed, pages);
+	return pages;
+}
+
 /* The part of source [off, off + len) that range @r maps, installed. */
 static void recheck_range(struct space *sp, const struct srange *r,
 			  uint64_t off, uint64_t len, char *buf)
@@ -1079,6 +1173,9 @@ struct space *space_alloc(struct session *s, struct source *src,
 	if (!s->o.around)
 		sp->around = AROUND_DEFAULT > page_size ? AROUND_DEFAULT
 							: page_size;
+	/* A recording: every touched page faults, and is in the set. */
+	if (s->rec)
+		sp->around = page_size;
 	pthread_rwlock_init(&sp->lock, NULL);
 	return sp;
 }
@@ -1139,12 +1236,42 @@ static uint64_t count_pending(const struct space *sp)
 	return sp->nr_pages - done;
 }
 
+/* What a working set of @sp is tied to (wset.h). */
+void space_describe(const struct space *sp, struct wset_space *out)
+{
+	*out = (struct wset_space){ .space_id = sp->id,
+				    .src_size = sp->src->size,
+				    .page_size = (uint32_t)sp->page_size };
+	memcpy(out->src_id, sp->src->id, sizeof(out->src_id));
+}
+
+/*
+ * The session records: @sp's first faults are noted from now on. Without
+ * memory they are not (logged: the set will lack them).
+ */
+static void record_space(struct space *sp)
+{
+	struct wset_space d;
+
+	if (!sp->s->rec || sp->seen)
+		return;
+	space_describe(sp, &d);
+	sp->seen = calloc((sp->nr_pages + 63) / 64 + 1, sizeof(*sp->seen));
+	if (!sp->seen || wset_rec_space(sp->s->rec, &d, &sp->rec_space)) {
+		dlog(0, "%s: space %llu: its faults cannot be recorded: out "
+			"of memory", sp->s->o.name, (unsigned long long)sp->id);
+		free(sp->seen);
+		sp->seen = NULL;
+	}
+}
+
 /*
  * space_restored() - @sp has its ranges, segments, bitmaps and uffd (new,
  * forked or adopted): count what is pending and make its port.
  */
 void space_restored(struct space *sp)
 {
+	record_space(sp);
 	atomic_store(&sp->pending, count_pending(sp));
 	uport_init(&sp->port, sp->uffd, &space_port_ops, sp, sp->page_size,
 		   sp->s->nr_handlers);
@@ -1204,6 +1331,7 @@ void space_free(struct space *sp)
 		close(sp->pidfd);
 	state_free(sp);
 	pthread_rwlock_destroy(&sp->lock);
+	free(sp->seen);
 	free(sp->r);
 	free(sp->seg);
 	free(sp);

@@ -39,6 +39,11 @@ static int img_extent(struct source *s, uint64_t off, struct src_extent *e)
 	return 0;
 }
 
+static void img_willneed(struct source *s, uint64_t off, uint64_t len)
+{
+	image_willneed(((struct src_image *)s)->img, off, len);
+}
+
 static void img_destroy(struct source *s)
 {
 	struct src_image *si = (struct src_image *)s;
@@ -51,6 +56,7 @@ static const struct source_ops src_image_ops = {
 	.name = "image",
 	.read = img_read,
 	.extent = img_extent,
+	.willneed = img_willneed,
 	.destroy = img_destroy,
 };
 
@@ -64,6 +70,7 @@ int src_image_open(int fd, const struct img_key *key, struct source **sp,
 		   const char **why)
 {
 	struct src_image *si = calloc(1, sizeof(*si));
+	struct wset_space ws;
 	int ret;
 
 	if (!si)
@@ -81,8 +88,8 @@ int src_image_open(int fd, const struct img_key *key, struct source **sp,
 	si->src.size = (si->img->h.region_len + 4095) & ~4095ull;
 	si->src.page_size = 4096;
 	si->src.keep_fd = si->img->fd;
-	memcpy(si->src.id, si->img->h.id, sizeof(si->img->h.id));
-	memcpy(si->src.id + 16, &si->img->h.region_len, 8);
+	wset_image_space(si->img, &ws);
+	memcpy(si->src.id, ws.src_id, sizeof(si->src.id));
 	*sp = &si->src;
 	return 0;
 }

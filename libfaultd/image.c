@@ -876,6 +876,40 @@ static size_t run_len(uint64_t off, size_t len, const struct ext_pos *p)
 }
 
 /*
+ * image_willneed() - the data blocks of [off, off + len) will be read
+ * soon: the kernel starts reading them from the file now
+ * (POSIX_FADV_WILLNEED), in large requests. A hint: errors are ignored,
+ * and a parent image is not advised.
+ * Context: any thread; several at once.
+ */
+void image_willneed(struct image *img, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+
+	off -= off % IMG_BLOCK;
+	while (off < end) {
+		struct ext_pos p;
+		uint64_t e, first;
+
+		if (extent_find(img, off, &p) < 0)
+			return;
+		if (!p.found) {
+			off = p.next;
+			continue;
+		}
+		e = p.e.offset + p.e.blocks * IMG_BLOCK;
+		if (p.e.kind == IMG_DATA) {
+			first = p.e.data_block + (off - p.e.offset) / IMG_BLOCK;
+			posix_fadvise(img->fd,
+				      (off_t)(img->h.data_off + first * IMG_BLOCK),
+				      (off_t)((e < end ? e : end) - off),
+				      POSIX_FADV_WILLNEED);
+		}
+		off = e;
+	}
+}
+
+/*
  * image_read() - the region's content of [off, off + len) (page-aligned)
  * into @buf. Returns len, or -EBADMSG (a block or a table chunk does not
  * match its check, or the file was cut short), or another read error.

@@ -656,6 +656,7 @@ int image_open(int fd, const char *path, const struct img_key *key,
 int image_file_open(const char *path);
 void image_close(struct image *img);
 ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len);
+void image_willneed(struct image *img, uint64_t off, uint64_t len);
 int image_extent(struct image *img, uint64_t i, struct img_extent *e);
 int image_extent_at(struct image *img, uint64_t off, uint64_t *start,
 		    uint64_t *len);
@@ -693,6 +694,25 @@ void img_checker_key(const struct img_checker *c, struct img_key *out);
 
 void restore_stop(struct faultd_region *r);
 void restore_free(struct faultd_region *r);
+void restore_note_fault(struct faultd_region *r, uint64_t off);
+
+/* ------------------------------------------------------------------------
+ * restore_ws.c - the working sets of restored regions (wset.h).
+ */
+
+struct rwset;
+
+int rws_create(struct faultd_region *r, struct image *img,
+	       const struct faultd_restore_opts *o, struct rwset **wp);
+void rws_daemon_fds(const struct rwset *w, int *record_fd, int *set_fd);
+void rws_note_fault(struct rwset *w, uint64_t off);
+void rws_save(struct rwset *w);
+int rws_replay_start(struct rwset *w, bool then_prefetch, bool waited);
+void rws_replay_wait(struct rwset *w);
+bool rws_replay_done(const struct rwset *w);
+void rws_progress(const struct rwset *w, struct faultd_restore_progress *p);
+void rws_stop(struct rwset *w);
+void rws_free(struct rwset *w);
 
 /* ------------------------------------------------------------------------
  * heap.c - brk-like heaps: what the fault path asks of them.

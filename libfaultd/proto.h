@@ -7,8 +7,9 @@
  *   client                                   daemon
  *   HELLO {versions, features}          ->
  *                                       <-   HELLO {version, features}
- *   REGISTER {ranges[, key]}            ->   (SCM_RIGHTS, exactly two fds:
- *            + [uffd, image]                  uffd, image)
+ *   REGISTER {ranges[, key]}            ->   (SCM_RIGHTS: uffd, image, then
+ *            + [uffd, image[, record]         a record file with RECORD and
+ *               [, working set]]              a working set with WSET)
  *                                       <-   ACK {session, pages} | ERROR
  *   PREFETCH {range}, STATS             ->
  *                                       <-   PROGRESS ..., DONE
@@ -39,7 +40,10 @@
 #define PROTO_F_PREFETCH (1ull << 0)
 #define PROTO_F_PROGRESS (1ull << 1)
 #define PROTO_F_MAC (1ull << 2) /* REGISTER may carry an image key */
-#define PROTO_FEATURES (PROTO_F_PREFETCH | PROTO_F_PROGRESS | PROTO_F_MAC)
+/* REGISTER may carry working-set files (PROTO_REG_RECORD, _WSET) */
+#define PROTO_F_WSET (1ull << 3)
+#define PROTO_FEATURES                                                         \
+	(PROTO_F_PREFETCH | PROTO_F_PROGRESS | PROTO_F_MAC | PROTO_F_WSET)
 
 enum proto_type {
 	MSG_HELLO = 1,	/* both ways: struct proto_hello */
@@ -89,8 +93,24 @@ struct proto_register {
  * follows the ranges, PROTO_KEY_LEN bytes, and every block is checked
  * with it. */
 #define PROTO_REG_MAC (1u << 1)
-#define PROTO_REG_FLAGS (PROTO_REG_LAZY | PROTO_REG_MAC)
+/* Working sets (faultd-working-set(5)), with PROTO_F_WSET only. RECORD:
+ * a descriptor follows the image's, of a regular file open for writing:
+ * the daemon writes into it the pages that faulted, from offset 0, when
+ * every page is in (before DONE) and when the session ends. WSET: a
+ * descriptor follows (after the record's), of a working set open for
+ * reading, replayed before the push. */
+#define PROTO_REG_RECORD (1u << 2)
+#define PROTO_REG_WSET (1u << 3)
+#define PROTO_REG_FLAGS                                                        \
+	(PROTO_REG_LAZY | PROTO_REG_MAC | PROTO_REG_RECORD | PROTO_REG_WSET)
 #define PROTO_KEY_LEN 32
+#define PROTO_REG_MAX_FDS 4
+
+/* The descriptors a REGISTER with @flags carries. */
+static inline unsigned int proto_register_nfds(uint32_t flags)
+{
+	return 2 + !!(flags & PROTO_REG_RECORD) + !!(flags & PROTO_REG_WSET);
+}
 
 /* Where the key of a REGISTER with PROTO_REG_MAC is: after its ranges. */
 static inline void *proto_register_key(const struct proto_register *r)

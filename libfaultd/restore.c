@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu/futex.h>
@@ -32,7 +33,9 @@
 #include "internal.h"
 #include "proto.h"
 
-#define RESTORE_KNOWN (FAULTD_RESTORE_DAEMON | FAULTD_RESTORE_LAZY)
+#define RESTORE_KNOWN                                                          \
+	(FAULTD_RESTORE_DAEMON | FAULTD_RESTORE_LAZY | FAULTD_RESTORE_WSET_FIRST)
+#define RECORD_WAIT_S 5	/* how long a destroy waits for the daemon's record */
 
 struct restore {
 	struct image *img;	/* owned by the pager (release) */
@@ -48,6 +51,8 @@ struct restore {
 	pthread_mutex_t lock;	/* progress */
 	struct proto_progress progress;
 	bool daemon_died;
+	struct rwset *ws;	/* working sets (restore_ws.c); NULL: none */
+	bool record_wait;	/* the daemon records: wait for its end */
 };
 
 /* ------------------------------------------------------------------------
@@ -178,8 +183,12 @@ static void *restore_watch(void *arg)
 	for (;;) {
 		n = proto_recv_checked(rs->sock, &p, sizeof(p), NULL, 0, NULL,
 				       NULL);
-		if (atomic_load(&rs->closing))
+		/* Closing: done, unless the daemon still writes the record
+		 * (it closes when it has). */
+		if (atomic_load(&rs->closing) && (n < 0 || !rs->record_wait))
 			return NULL;
+		if (atomic_load(&rs->closing))
+			continue;
 		if (n < 0 ||
 		    (p.h.type != MSG_PROGRESS && p.h.type != MSG_DONE))
 			break;
@@ -215,8 +224,20 @@ static int restore_register(struct faultd_region *r, int sock)
 		struct proto_ack ack;
 		struct proto_error err;
 	} u;
-	int fds[2] = { r->group->uffd, r->rs->img->fd };
+	int fds[PROTO_REG_MAX_FDS] = { r->group->uffd, r->rs->img->fd };
+	unsigned int nfds = 2;
+	int record_fd, set_fd;
 	ssize_t n;
+
+	rws_daemon_fds(r->rs->ws, &record_fd, &set_fd);
+	if (record_fd >= 0) {
+		m.reg.flags |= PROTO_REG_RECORD;
+		fds[nfds++] = record_fd;
+	}
+	if (set_fd >= 0) {
+		m.reg.flags |= PROTO_REG_WSET;
+		fds[nfds++] = set_fd;
+	}
 
 	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m) - PROTO_KEY_LEN);
 	m.reg.uffd_features = r->group->features;
@@ -229,7 +250,7 @@ static int restore_register(struct faultd_region *r, int sock)
 		memcpy(proto_register_key(&m.reg), key.key, PROTO_KEY_LEN);
 		explicit_bzero(&key, sizeof(key));
 	}
-	n = proto_call(sock, &m, fds, 2, &u, sizeof(u));
+	n = proto_call(sock, &m, fds, nfds, &u, sizeof(u));
 	explicit_bzero(&m, sizeof(m));
 	if (n < 0)
 		return (int)n;
@@ -238,6 +259,7 @@ static int restore_register(struct faultd_region *r, int sock)
 		       r->name, (int)sizeof(u.err.msg), u.err.msg);
 		return u.err.err < 0 ? u.err.err : -EPROTO;
 	}
+	r->rs->record_wait = record_fd >= 0;
 	return u.ack.h.type == MSG_ACK ? 0 : -EPROTO;
 }
 
@@ -265,6 +287,11 @@ static int restore_connect(struct faultd_region *r, const char *path)
 		       r->name);
 		ret = -EOPNOTSUPP;
 	}
+	if (!ret && rs->ws && !(hello.features & PROTO_F_WSET)) {
+		fd_err(r->ctx, "%s: the daemon does not take working sets",
+		       r->name);
+		ret = -EOPNOTSUPP;
+	}
 	if (!ret)
 		ret = restore_register(r, rs->sock);
 	if (!ret)
@@ -282,12 +309,32 @@ void restore_stop(struct faultd_region *r)
 {
 	struct restore *rs = r->rs;
 
-	if (!rs || !rs->watching)
+	if (!rs)
+		return;
+	rws_stop(rs->ws);
+	if (!rs->watching)
 		return;
 	atomic_store(&rs->closing, true);
-	shutdown(rs->sock, SHUT_RDWR);
+	if (rs->record_wait) {
+		/* Our end of the session: the daemon writes the record and
+		 * closes, which the watcher waits for (so long at most). */
+		struct timeval tv = { .tv_sec = RECORD_WAIT_S };
+
+		setsockopt(rs->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		shutdown(rs->sock, SHUT_WR);
+	} else {
+		shutdown(rs->sock, SHUT_RDWR);
+	}
 	pthread_join(rs->watcher, NULL);
 	rs->watching = false;
+}
+
+/* A missing fault of restored region @r (fault path): a working set may
+ * note it. */
+void restore_note_fault(struct faultd_region *r, uint64_t off)
+{
+	if (r->rs->ws)
+		rws_note_fault(r->rs->ws, off);
 }
 
 void restore_free(struct faultd_region *r)
@@ -297,6 +344,9 @@ void restore_free(struct faultd_region *r)
 	if (!rs)
 		return;
 	restore_stop(r);
+	if (!(rs->flags & FAULTD_RESTORE_DAEMON))
+		rws_save(rs->ws);
+	rws_free(rs->ws);
 	if (rs->sock >= 0)
 		close(rs->sock);
 	pthread_mutex_destroy(&rs->lock);
@@ -323,7 +373,10 @@ static int restore_region(struct faultd_ctx *ctx, struct image *img,
 		.length = (img->h.region_len + 4095) & ~4095ull,
 		.handler_threads = o->handler_threads,
 		.name = o->name ? o->name : "restore",
-		.fault_around = IMG_BLOCK,
+		/* A recording: every touched page faults (restore_ws.c). */
+		.fault_around = o->record_working_set &&
+					!(o->flags & FAULTD_RESTORE_DAEMON)
+				? 0 : IMG_BLOCK,
 		.readahead_max = FAULTD_READAHEAD_OFF,
 	};
 	struct region_init init = { .kind = REGION_ANON, .memfd = -1,
@@ -341,9 +394,18 @@ static int restore_region(struct faultd_ctx *ctx, struct image *img,
 static int restore_start(struct faultd_region *r,
 			 const struct faultd_restore_opts *o)
 {
+	bool lazy = o->flags & FAULTD_RESTORE_LAZY;
+
 	if (o->flags & FAULTD_RESTORE_DAEMON)
 		return restore_connect(r, o->socket);
-	if (o->flags & FAULTD_RESTORE_LAZY)
+	/* A working set first; the population after it, from its thread. */
+	if (!rws_replay_start(r->rs->ws, !lazy,
+			      o->flags & FAULTD_RESTORE_WSET_FIRST)) {
+		if (o->flags & FAULTD_RESTORE_WSET_FIRST)
+			rws_replay_wait(r->rs->ws);
+		return 0;
+	}
+	if (lazy)
 		return 0;
 	/* Without it the region is still served, lazily: say so, go on. */
 	if (faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0) {
@@ -371,6 +433,9 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 					sizeof(o.flags));
 	if (!ret && (o.flags & ~RESTORE_KNOWN))
 		ret = -EINVAL;
+	if (!ret && (o.flags & FAULTD_RESTORE_WSET_FIRST) &&
+	    (o.flags & FAULTD_RESTORE_DAEMON))
+		ret = -EOPNOTSUPP;
 	if (!ret && in_handler_of(ctx))
 		ret = -EDEADLK;
 	if (!ret)
@@ -393,7 +458,9 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 	r->rs->flags = o.flags;
 	r->rs->sock = -1;
 	pthread_mutex_init(&r->rs->lock, NULL);
-	ret = restore_start(r, &o);
+	ret = rws_create(r, img, &o, &r->rs->ws);
+	if (!ret)
+		ret = restore_start(r, &o);
 	if (ret < 0) {
 		faultd_region_destroy(r);
 		return ret;
@@ -432,6 +499,7 @@ FAULTD_EXPORT int faultd_restore_progress(struct faultd_region *r,
 	}
 	p.daemon_died = rs->daemon_died;
 	pthread_mutex_unlock(&rs->lock);
+	rws_progress(rs->ws, &p);
 	p.done = p.daemon ? __atomic_load_n(&rs->done, __ATOMIC_ACQUIRE) &&
 				    (!rs->taken_over ||
 				     !atomic_load(&r->pf_pending))
@@ -452,8 +520,10 @@ FAULTD_EXPORT int faultd_restore_wait(struct faultd_region *r)
 		return -EDEADLK;
 	if (rs->flags & FAULTD_RESTORE_LAZY)
 		return -EAGAIN; /* nothing populates it */
-	if (!(rs->flags & FAULTD_RESTORE_DAEMON))
+	if (!(rs->flags & FAULTD_RESTORE_DAEMON)) {
+		rws_replay_wait(rs->ws);
 		return faultd_region_prefetch_wait(r);
+	}
 	while (!__atomic_load_n(&rs->done, __ATOMIC_ACQUIRE))
 		futex_noasync(&rs->done, FUTEX_WAIT, 0, NULL, NULL, 0);
 	return rs->taken_over ? faultd_region_prefetch_wait(r) : 0;

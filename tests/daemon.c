@@ -8,7 +8,10 @@
  * daemon stays up. Every byte a client reads is checked. Authenticated
  * images: served with their key, a changed block poisoned, every refusal
  * with its errno; hostile images refused, and a table of any size
- * served, while the daemon's peak resident memory stays bounded.
+ * served, while the daemon's peak resident memory stays bounded. Working
+ * sets sent to the daemon by hand: recorded exactly, replayed, and bad ones
+ * (or descriptors that are not what their flags say) refused by the daemon
+ * itself.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -28,6 +31,7 @@
 #include "internal.h"
 #include "proto.h"
 #include "resources.h"
+#include "wset.h"
 
 #define TAG 0xdae
 
@@ -1196,6 +1200,233 @@ Test(daemon, keeper_killed_then_daemon_restarted)
 	while ((now == old || now <= 0) && test_now_ns() < end);
 	cr_assert(now > 0 && now != old, "no new keeper");
 	restart_once(&c);
+}
+
+/* ------------------------------------------------------------------------
+ * Working sets sent by hand: the daemon's own checks
+ */
+
+/* What a set of the image at @path is tied to. */
+static void image_space(const char *path, struct wset_space *out)
+{
+	int fd = image_file_open(path);
+	struct image *im;
+	const char *why;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(image_open(fd, path, NULL, &im, &why), 0);
+	close(fd);
+	wset_image_space(im, out);
+	image_close(im);
+}
+
+/* A set of pages 0, 5, 10, ... (@n of them) of space @sp, at @name. */
+static const char *set_write(const char *name, const struct wset_space *sp,
+			     uint64_t n, uint64_t last)
+{
+	struct wset_space s = *sp;
+	struct wset ws = { &s, 1, calloc(n, sizeof(struct wset_entry)), n };
+	const char *path = path_of(name);
+
+	cr_assert(ws.e);
+	for (uint64_t i = 0; i < n; i++)
+		ws.e[i] = (struct wset_entry){ 0, 0, i * 5 };
+	if (last)
+		ws.e[n - 1].page = last;
+	cr_assert_eq(wset_save(path, &ws), 0);
+	free(ws.e);
+	return path;
+}
+
+/* The last PROGRESS's background pages, after @ms of them. */
+static uint64_t raw_background_after(struct raw *c, unsigned int ms)
+{
+	uint64_t end = test_now_ns() + ms * 1000000ull, bg = UINT64_MAX;
+	struct proto_progress p;
+	const char *why;
+	ssize_t n;
+
+	while (test_now_ns() < end &&
+	       (n = proto_recv(c->sock, &p, sizeof(p), NULL, 0, NULL)) > 0)
+		if (!proto_check(&p, (size_t)n, &why) &&
+		    (p.h.type == MSG_PROGRESS || p.h.type == MSG_DONE))
+			bg = p.pages_background;
+	cr_assert_neq(bg, UINT64_MAX, "no PROGRESS");
+	return bg;
+}
+
+/* A lazy raw session replaying @set: what it put in before any fault. */
+static uint64_t raw_replay(const char *img, size_t len, const char *set)
+{
+	struct raw c = raw_client(img, len, 0);
+	struct proto_range whole = { (uintptr_t)c.base, len, 0 };
+	int fd = open(set, O_RDONLY | O_CLOEXEC);
+	int fds[3] = { c.uffd, c.image, fd };
+	uint64_t bg;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 3,
+				       PROTO_REG_LAZY | PROTO_REG_WSET, NULL),
+		     0, "the session goes on, with the set or without it");
+	close(fd);
+	bg = raw_background_after(&c, 500);
+	cr_assert_eq(pattern_check(TAG, 0, c.base, len), 0);
+	raw_close(&c);
+	return bg;
+}
+
+Test(daemon, working_sets_are_checked_by_the_daemon)
+{
+	size_t len = 4 * MIB;
+	const char *img = make_image("ws", len, TAG);
+	const char *other = make_image("ws-other", len, TAG);
+	struct wset_space mine, theirs;
+	const char *good, *trunc, *beyond;
+	struct stat st;
+
+	image_space(img, &mine);
+	image_space(other, &theirs);
+	good = set_write("good.ws", &mine, 64, 0);
+	trunc = set_write("trunc.ws", &mine, 64, 0);
+	beyond = set_write("beyond.ws", &mine, 64, len / 4096);
+	cr_assert_eq(stat(trunc, &st), 0);
+	cr_assert_eq(truncate(trunc, st.st_size - 8), 0);
+	cr_assert_eq(raw_replay(img, len, good), 64, "the set is replayed");
+	cr_assert_eq(raw_replay(img, len, set_write("other.ws", &theirs, 64, 0)),
+		     0, "a set of another image is not used");
+	cr_assert_eq(raw_replay(img, len, trunc), 0);
+	cr_assert_eq(raw_replay(img, len, beyond), 0);
+	cr_assert(daemon_alive());
+}
+
+Test(daemon, working_set_descriptors_are_checked)
+{
+	size_t len = MIB;
+	const char *img = make_image("wsd", len, TAG);
+	struct raw c = raw_client(img, len, 0);
+	struct proto_range whole = { (uintptr_t)c.base, len, 0 };
+	int ro = open(img, O_RDONLY | O_CLOEXEC), p[2];
+	int fds[4] = { c.uffd, c.image, ro, ro };
+
+	cr_assert(ro >= 0);
+	cr_assert_eq(pipe(p), 0);
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 3,
+				       PROTO_REG_RECORD, NULL),
+		     -EINVAL, "a record file open for reading only");
+	raw_close(&c);
+	c = raw_client(img, len, 0);
+	fds[0] = c.uffd;
+	fds[1] = c.image;
+	fds[2] = p[0];
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 3, PROTO_REG_WSET,
+				       NULL),
+		     -EINVAL, "a set that is not a regular file");
+	raw_close(&c);
+	c = raw_client(img, len, 0);
+	fds[0] = c.uffd;
+	fds[1] = c.image;
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 2,
+				       PROTO_REG_RECORD | PROTO_REG_WSET, NULL),
+		     -EPROTO, "fewer descriptors than the flags say");
+	raw_close(&c);
+	close(ro);
+	close(p[0]);
+	close(p[1]);
+	cr_assert(daemon_alive());
+}
+
+/*
+ * A raw lazy session with a record file: the client touches 10 pages and
+ * closes; the daemon writes exactly those pages, in the order touched.
+ */
+Test(daemon, the_daemon_records_the_pages_touched)
+{
+	size_t len = 4 * MIB;
+	const char *img = make_image("wsr", len, TAG);
+	const char *rec = path_of("rec.ws");
+	struct raw c = raw_client(img, len, 0);
+	struct proto_range whole = { (uintptr_t)c.base, len, 0 };
+	int fd = open(rec, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	int fds[3] = { c.uffd, c.image, fd };
+	const uint64_t pages[10] = { 7, 3, 900, 1, 2, 512, 513, 4, 1000, 9 };
+	uint64_t end;
+	struct wset ws;
+	const char *why;
+	struct stat st;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 3,
+				       PROTO_REG_LAZY | PROTO_REG_RECORD, NULL),
+		     0);
+	close(fd);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(pattern_check(TAG, pages[i] * 4096,
+					   c.base + pages[i] * 4096, 4096), 0);
+	close(c.sock);
+	c.sock = -1;
+	end = test_now_ns() + 10000000000ull;
+	while ((stat(rec, &st) || !st.st_size) && test_now_ns() < end)
+		usleep(10000);
+	cr_assert_eq(wset_load(rec, &ws, &why), 0, "%s", why);
+	cr_assert_eq(ws.nr, 10);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(ws.e[i].page, pages[i], "entry %d", i);
+	wset_free(&ws);
+	raw_close(&c);
+}
+
+/*
+ * Pages known to be zero are never read and come in as ranges: a 64 MiB
+ * image of 4 MiB of data and 60 MiB of zeros (no extent), touched page by
+ * page through a lazy raw session: the data part takes a fault per 64 KiB
+ * (fault-around), the zeros one per 2 MiB (one UFFDIO_ZEROPAGE over the
+ * zero extent around the fault, space.c ZERO_AROUND), and read zeros.
+ */
+Test(daemon, zero_extents_come_in_as_ranges)
+{
+	size_t len = 64 * MIB, data = 4 * MIB;
+	struct faultd_region_opts o = { .size = sizeof(o), .length = len };
+	const char *img = path_of("sparse");
+	struct faultd_ctx *ctx;
+	struct faultd_region *r;
+	struct raw c;
+	struct proto_range whole;
+	struct proto_progress p = { 0 };
+	const char *why;
+	uint64_t t0, t1, t2, end;
+	ssize_t n;
+	size_t bad = 0;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	pattern_fill(TAG, 0, faultd_region_base(r), data);
+	cr_assert_eq(faultd_checkpoint(r, img, NULL), 0);
+	faultd_ctx_destroy(ctx);
+	c = raw_client(img, len, 0);
+	whole = (struct proto_range){ (uintptr_t)c.base, len, 0 };
+	cr_assert_eq(raw_register_with(&c, &whole, 1, (int[]){ c.uffd, c.image },
+				       2, PROTO_REG_LAZY, NULL),
+		     0);
+	t0 = test_now_ns();
+	cr_assert_eq(pattern_check(TAG, 0, c.base, data), 0);
+	t1 = test_now_ns();
+	for (size_t at = data; at < len; at += 4096)
+		bad += *(volatile char *)(c.base + at) != 0;
+	t2 = test_now_ns();
+	cr_assert_eq(bad, 0);
+	end = test_now_ns() + 5000000000ull;
+	do /* the daemon reports every 100 ms: until the last fault's in */
+		n = proto_recv(c.sock, &p, sizeof(p), NULL, 0, NULL);
+	while (n > 0 && !proto_check(&p, (size_t)n, &why) &&
+	       p.faults < data / IMG_BLOCK + (len - data) / (2 * MIB) &&
+	       test_now_ns() < end);
+	cr_assert_eq(p.faults, data / IMG_BLOCK + (len - data) / (2 * MIB),
+		     "%llu faults", (unsigned long long)p.faults);
+	cr_log_info("touch: data %.2f GB/s (a fault per 64 KiB), zeros %.2f "
+		    "GB/s (a fault per 2 MiB)",
+		    (double)data / (double)(t1 - t0),
+		    (double)(len - data) / (double)(t2 - t1));
+	raw_close(&c);
 }
 
 /* ------------------------------------------------------------------------

@@ -1080,6 +1080,13 @@ int faultd_checkpoint(struct faultd_region *region, const char *path,
  */
 #define FAULTD_RESTORE_DAEMON (1u << 0)
 #define FAULTD_RESTORE_LAZY (1u << 1)
+/*
+ * FAULTD_RESTORE_WSET_FIRST: with a working set, faultd_restore() returns
+ * once the set is in (its faults are served meanwhile, for other threads
+ * that touch the region), as a restore that loads the set before the
+ * program resumes; in the process only.
+ */
+#define FAULTD_RESTORE_WSET_FIRST (1u << 2)
 
 struct faultd_restore_opts {
 	size_t size;		/* sizeof(struct faultd_restore_opts) */
@@ -1093,6 +1100,24 @@ struct faultd_restore_opts {
 	 * authenticated with it, and every block is checked by its MAC (a
 	 * daemon is sent the image's own key, derived from this one). */
 	const char *key_file;
+	/*
+	 * Working sets (faultd-working-set(5)). NULL, or a file to write the
+	 * pages this restore's faults asked for into, in the order of first
+	 * touch (pages filled ahead of any fault are not in it; a recording
+	 * has no fault-around, so every page touched faults): in the
+	 * process when the region is destroyed; through the daemon, by the
+	 * daemon, when every page is in and when the session ends (the
+	 * region's destruction waits for it, up to 5 s).
+	 */
+	const char *record_working_set;
+	/*
+	 * NULL, or a working set an earlier restore of this image recorded:
+	 * its pages are read with large reads and put in before the
+	 * background population, faults being served first meanwhile. A set of another image, a truncated or
+	 * corrupt one, or one that lists pages beyond the image is logged
+	 * and not used: the restore goes on without it.
+	 */
+	const char *working_set;
 };
 
 /*
@@ -1141,6 +1166,14 @@ struct faultd_restore_progress {
 	int done;		/* every page is in */
 	int daemon;		/* 1: the daemon served (or serves) it */
 	int daemon_died;	/* the library took over after the daemon died */
+	/* A working set replayed in the process (0 through the daemon, and
+	 * without one): pages it put in, bytes it read, and how long that
+	 * took (0 while it runs). */
+	uint64_t pages_replayed;
+	uint64_t replay_bytes;
+	uint64_t replay_ns;
+	uint64_t replay_read_ns; /* of replay_ns, in its reads (summed over
+				    its threads) */
 };
 
 /*

@@ -1,0 +1,664 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * wset.c - working-set files (faultd-working-set(5)): parse and check,
+ * write, merge, and the recorder a restore notes its first touches in.
+ *
+ * A file is checked whole before any of it is used: its length against its
+ * counts, its CRC32C, and every entry against the space table (a page
+ * beyond its source's size refuses the file). What it is a set *of* is the
+ * caller's to check (wset_space_match() against its own sources): a set
+ * of another source is refused there, never applied.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "wset.h"
+
+/* ------------------------------------------------------------------------
+ * The file.
+ */
+
+static uint64_t file_len(uint32_t nr_spaces, uint64_t nr_entries)
+{
+	return sizeof(struct wset_header) +
+	       (uint64_t)nr_spaces * sizeof(struct wset_space) +
+	       nr_entries * sizeof(struct wset_entry);
+}
+
+static uint32_t file_crc(const void *buf, size_t len)
+{
+	struct wset_header h;
+
+	memcpy(&h, buf, sizeof(h));
+	h.crc = 0;
+	return crc32c(crc32c(0, &h, sizeof(h)), (const char *)buf + sizeof(h),
+		      len - sizeof(h));
+}
+
+static int header_check(const struct wset_header *h, const void *buf,
+			size_t len, const char **why)
+{
+	*why = "not a working-set file";
+	if (len < sizeof(*h) || h->magic != WSET_MAGIC)
+		return -EINVAL;
+	*why = "a working-set version this build does not read";
+	if (h->version != WSET_VERSION)
+		return -EPROTONOSUPPORT;
+	*why = "a corrupt working-set header";
+	if (h->header_size != sizeof(*h) || h->flags || h->reserved ||
+	    !h->nr_spaces || h->nr_spaces > WSET_MAX_SPACES ||
+	    h->nr_entries > WSET_MAX_BYTES / sizeof(struct wset_entry))
+		return -EBADMSG;
+	*why = "the working-set file is truncated or has trailing bytes";
+	if (file_len(h->nr_spaces, h->nr_entries) != len)
+		return -EBADMSG;
+	*why = "the working-set file's checksum does not match";
+	return file_crc(buf, len) == h->crc ? 0 : -EBADMSG;
+}
+
+static bool space_ok(const struct wset_space *s)
+{
+	return s->page_size >= 4096 && !(s->page_size & (s->page_size - 1)) &&
+	       !(s->src_size % s->page_size) && !s->reserved;
+}
+
+/*
+ * Every entry names a space of the table and a page inside its source;
+ * there are no more entries than pages (a set lists a page once).
+ */
+static int entries_check(const struct wset *ws, const char **why)
+{
+	uint64_t pages = 0;
+
+	for (uint32_t i = 0; i < ws->nr_spaces; i++) {
+		*why = "a corrupt space in the working set";
+		if (!space_ok(&ws->spaces[i]))
+			return -EBADMSG;
+		pages += ws->spaces[i].src_size / ws->spaces[i].page_size;
+	}
+	for (uint64_t i = 0; i < ws->nr; i++) {
+		const struct wset_entry *e = &ws->e[i];
+		const struct wset_space *s;
+
+		*why = "a working-set entry names no space of the set";
+		if (e->space >= ws->nr_spaces || e->reserved)
+			return -EBADMSG;
+		s = &ws->spaces[e->space];
+		*why = "the working set lists pages beyond its source";
+		if (e->page >= s->src_size / s->page_size)
+			return -ERANGE;
+	}
+	*why = "the working set lists more pages than its sources have";
+	return ws->nr > pages ? -EBADMSG : 0;
+}
+
+/*
+ * wset_parse() - the set in [buf, buf + len), checked (see the file's
+ * comment). Returns 0, or -EINVAL (not a set), -EPROTONOSUPPORT (another
+ * version), -EBADMSG (truncated, corrupt), -ERANGE (pages beyond their
+ * source), -ENOMEM; *why says which.
+ */
+int wset_parse(const void *buf, size_t len, struct wset *ws,
+	       const char **why)
+{
+	struct wset_header h = { 0 };
+	const char *p = (const char *)buf + sizeof(h);
+	int ret;
+
+	memcpy(&h, buf, len < sizeof(h) ? len : sizeof(h));
+	ret = header_check(&h, buf, len, why);
+	if (ret)
+		return ret;
+	*ws = (struct wset){ .nr_spaces = h.nr_spaces, .nr = h.nr_entries };
+	ws->spaces = malloc(h.nr_spaces * sizeof(*ws->spaces));
+	ws->e = malloc((h.nr_entries ? h.nr_entries : 1) * sizeof(*ws->e));
+	*why = "out of memory";
+	if (!ws->spaces || !ws->e) {
+		wset_free(ws);
+		return -ENOMEM;
+	}
+	memcpy(ws->spaces, p, h.nr_spaces * sizeof(*ws->spaces));
+	memcpy(ws->e, p + h.nr_spaces * sizeof(*ws->spaces),
+	       h.nr_entries * sizeof(*ws->e));
+	ret = entries_check(ws, why);
+	if (ret)
+		wset_free(ws);
+	return ret;
+}
+
+/* wset_read_fd() - the set in the file open on @fd, whole. As parse. */
+int wset_read_fd(int fd, struct wset *ws, const char **why)
+{
+	struct stat st;
+	char *buf;
+	size_t done = 0;
+	int ret;
+
+	*why = "cannot read the working-set file";
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	*why = "the working-set file is not a regular file, or too large";
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > WSET_MAX_BYTES)
+		return -EINVAL;
+	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+	if (!buf)
+		return -ENOMEM;
+	while (done < (size_t)st.st_size) {
+		ssize_t n = pread(fd, buf + done, (size_t)st.st_size - done,
+				  (off_t)done);
+
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	ret = wset_parse(buf, done, ws, why);
+	free(buf);
+	return ret;
+}
+
+/* wset_load() - the set in the file at @path. As parse, or open's error. */
+int wset_load(const char *path, struct wset *ws, const char **why)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+
+	*why = "cannot open the working-set file";
+	if (fd < 0)
+		return -errno;
+	ret = wset_read_fd(fd, ws, why);
+	close(fd);
+	return ret;
+}
+
+/* The file's bytes of @ws, its CRC in. NULL: out of memory. */
+static char *wset_encode(const struct wset *ws, size_t *lenp)
+{
+	struct wset_header h = {
+		.magic = WSET_MAGIC, .version = WSET_VERSION,
+		.header_size = sizeof(h), .nr_spaces = ws->nr_spaces,
+		.nr_entries = ws->nr,
+	};
+	size_t len = file_len(ws->nr_spaces, ws->nr);
+	char *buf = malloc(len), *p;
+
+	if (!buf)
+		return NULL;
+	memcpy(buf, &h, sizeof(h));
+	p = buf + sizeof(h);
+	memcpy(p, ws->spaces, ws->nr_spaces * sizeof(*ws->spaces));
+	memcpy(p + ws->nr_spaces * sizeof(*ws->spaces), ws->e,
+	       ws->nr * sizeof(*ws->e));
+	h.crc = file_crc(buf, len);
+	memcpy(buf, &h, sizeof(h));
+	*lenp = len;
+	return buf;
+}
+
+/*
+ * wset_write_fd() - @ws into the file open on @fd, from offset 0, which
+ * is then cut to its length. Returns 0 or -errno.
+ */
+int wset_write_fd(int fd, const struct wset *ws)
+{
+	size_t len, done = 0;
+	char *buf = wset_encode(ws, &len);
+	int ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (done < len) {
+		ssize_t n = pwrite(fd, buf + done, len - done, (off_t)done);
+
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		done += (size_t)n;
+	}
+	if (!ret && ftruncate(fd, (off_t)len) < 0)
+		ret = -errno;
+	free(buf);
+	return ret;
+}
+
+/*
+ * wset_save() - @ws to @path, through a temporary file renamed over it:
+ * a reader finds the old file or the new one. Returns 0 or -errno.
+ */
+int wset_save(const char *path, const struct wset *ws)
+{
+	char tmp[4096];
+	int fd, ret;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >=
+	    (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	ret = wset_write_fd(fd, ws);
+	if (close(fd) < 0 && !ret)
+		ret = -errno;
+	if (!ret && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
+void wset_free(struct wset *ws)
+{
+	free(ws->spaces);
+	free(ws->e);
+	*ws = (struct wset){ 0 };
+}
+
+/* Do @a and @b describe the same space of the same source? */
+bool wset_space_match(const struct wset_space *a, const struct wset_space *b)
+{
+	return a->space_id == b->space_id && a->src_size == b->src_size &&
+	       a->page_size == b->page_size &&
+	       !memcmp(a->src_id, b->src_id, sizeof(a->src_id));
+}
+
+/*
+ * wset_image_space() - the space a set of @img's region describes: the
+ * image's id and region length (what a source of it is tied to, as the
+ * daemon's src_image.c says too), the region's pages of 4 KiB.
+ */
+void wset_image_space(const struct image *img, struct wset_space *s)
+{
+	*s = (struct wset_space){
+		.src_size = (img->h.region_len + 4095) & ~4095ull,
+		.page_size = 4096,
+	};
+	memcpy(s->src_id, img->h.id, sizeof(img->h.id));
+	memcpy(s->src_id + 16, &img->h.region_len, 8);
+}
+
+/* ------------------------------------------------------------------------
+ * Merging and summing up.
+ */
+
+/* One entry of one set, where it stood in it (0 first, 1 last). */
+struct mentry {
+	uint32_t space;
+	uint64_t page;
+	uint32_t set;
+	double pos;
+};
+
+static int cmp_mentry(const void *a, const void *b)
+{
+	const struct mentry *x = a, *y = b;
+
+	if (x->space != y->space)
+		return x->space < y->space ? -1 : 1;
+	if (x->page != y->page)
+		return x->page < y->page ? -1 : 1;
+	return x->set < y->set ? -1 : x->set > y->set;
+}
+
+static int cmp_pos(const void *a, const void *b)
+{
+	const struct mentry *x = a, *y = b;
+
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int merge_check(const struct wset *in, size_t n, const char **why)
+{
+	*why = "the working sets are of different sources";
+	for (size_t i = 1; i < n; i++) {
+		if (in[i].nr_spaces != in[0].nr_spaces)
+			return -EINVAL;
+		for (uint32_t k = 0; k < in[0].nr_spaces; k++)
+			if (!wset_space_match(&in[i].spaces[k],
+					      &in[0].spaces[k]))
+				return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * Keep of @all's groups (one per page, sorted) those seen in at least
+ * @min sets, each at its mean position; returns how many, in @all.
+ */
+static uint64_t merge_keep(struct mentry *all, uint64_t n, unsigned int min)
+{
+	uint64_t out = 0;
+
+	for (uint64_t i = 0; i < n;) {
+		uint64_t j = i;
+		unsigned int sets = 0;
+		double sum = 0;
+
+		for (; j < n && all[j].space == all[i].space &&
+		       all[j].page == all[i].page;
+		     j++)
+			if (j == i || all[j].set != all[j - 1].set) {
+				sets++;
+				sum += all[j].pos;
+			}
+		if (sets >= min) {
+			all[out] = all[i];
+			all[out++].pos = sum / sets;
+		}
+		i = j;
+	}
+	return out;
+}
+
+/*
+ * wset_merge() - the pages seen in at least @min_count of the @n sets
+ * @in (1 <= min_count <= n), in the order of their mean position in the
+ * sets they are in. Returns 0, -EINVAL (sets of different sources, a bad
+ * count; *why), -ENOMEM.
+ */
+int wset_merge(const struct wset *in, size_t n, unsigned int min_count,
+	       struct wset *out, const char **why)
+{
+	uint64_t total = 0, k = 0;
+	struct mentry *all;
+	int ret;
+
+	*why = "the count must be between 1 and the number of sets";
+	if (!n || !min_count || min_count > n)
+		return -EINVAL;
+	ret = merge_check(in, n, why);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++)
+		total += in[i].nr;
+	*why = "out of memory";
+	all = malloc((total ? total : 1) * sizeof(*all));
+	*out = (struct wset){ .nr_spaces = in[0].nr_spaces };
+	out->spaces = malloc(out->nr_spaces * sizeof(*out->spaces));
+	if (!all || !out->spaces)
+		goto nomem;
+	memcpy(out->spaces, in[0].spaces, out->nr_spaces * sizeof(*out->spaces));
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t j = 0; j < in[i].nr; j++)
+			all[k++] = (struct mentry){
+				in[i].e[j].space, in[i].e[j].page, (uint32_t)i,
+				(double)j / (double)in[i].nr };
+	qsort(all, total, sizeof(*all), cmp_mentry);
+	out->nr = merge_keep(all, total, min_count);
+	qsort(all, out->nr, sizeof(*all), cmp_pos);
+	out->e = malloc((out->nr ? out->nr : 1) * sizeof(*out->e));
+	if (!out->e)
+		goto nomem;
+	for (uint64_t i = 0; i < out->nr; i++)
+		out->e[i] = (struct wset_entry){ all[i].space, 0, all[i].page };
+	free(all);
+	return 0;
+nomem:
+	free(all);
+	wset_free(out);
+	return -ENOMEM;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	const struct wset_entry *x = a, *y = b;
+
+	if (x->space != y->space)
+		return x->space < y->space ? -1 : 1;
+	return x->page < y->page ? -1 : x->page > y->page;
+}
+
+/* Entry @i of the set being deduplicated, for cmp_at(). */
+static const struct wset_entry *dedupe_e;
+
+static int cmp_at(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	int c = cmp_entry(&dedupe_e[x], &dedupe_e[y]);
+
+	return c ? c : x < y ? -1 : x > y;
+}
+
+/*
+ * wset_dedupe() - keep the first of the entries of @ws that name the same
+ * page (the processes of a fork share a space of the set, and may both
+ * fault on a page), in order. Returns 0 or -ENOMEM (@ws unchanged).
+ * Context: any thread (the sort's key is under a lock of its own).
+ */
+int wset_dedupe(struct wset *ws)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t *at = malloc((ws->nr ? ws->nr : 1) * sizeof(*at)), out = 0;
+	uint8_t *dup = calloc(ws->nr ? ws->nr : 1, 1);
+
+	if (!at || !dup) {
+		free(at);
+		free(dup);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < ws->nr; i++)
+		at[i] = i;
+	pthread_mutex_lock(&lock);
+	dedupe_e = ws->e;
+	qsort(at, ws->nr, sizeof(*at), cmp_at);
+	pthread_mutex_unlock(&lock);
+	for (uint64_t i = 1; i < ws->nr; i++)
+		dup[at[i]] = !cmp_entry(&ws->e[at[i]], &ws->e[at[i - 1]]);
+	for (uint64_t i = 0; i < ws->nr; i++)
+		if (!dup[i])
+			ws->e[out++] = ws->e[i];
+	ws->nr = out;
+	free(at);
+	free(dup);
+	return 0;
+}
+
+/*
+ * wset_ranges() - runs of consecutive pages of one space in @ws, and so
+ * the reads a replay makes at most. Sorts a copy; 0 on no memory.
+ */
+uint64_t wset_ranges(const struct wset *ws)
+{
+	struct wset_entry *e = malloc((ws->nr ? ws->nr : 1) * sizeof(*e));
+	uint64_t runs = 0;
+
+	if (!e)
+		return 0;
+	memcpy(e, ws->e, ws->nr * sizeof(*e));
+	qsort(e, ws->nr, sizeof(*e), cmp_entry);
+	for (uint64_t i = 0; i < ws->nr; i++)
+		if (!i || e[i].space != e[i - 1].space ||
+		    e[i].page > e[i - 1].page + 1)
+			runs++;
+	free(e);
+	return runs;
+}
+
+/* ------------------------------------------------------------------------
+ * What a replay reads.
+ */
+
+static int cmp_span(const void *a, const void *b)
+{
+	const struct wset_span *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Join sorted windows @w (n) in place into spans; returns how many. */
+static size_t spans_join(struct wset_span *w, size_t n, uint64_t gap,
+			 uint64_t max)
+{
+	size_t out = 0;
+
+	for (size_t i = 0; i < n;) {
+		uint64_t a = w[i].off, b = w[i].off + w[i].len;
+
+		for (i++; i < n && w[i].off <= b + gap; i++) {
+			uint64_t e = w[i].off + w[i].len;
+
+			if ((e > b ? e : b) - a > max)
+				break;
+			b = e > b ? e : b;
+		}
+		w[out++] = (struct wset_span){ a, b - a };
+	}
+	return out;
+}
+
+/*
+ * wset_spans() - what a replay of set space @k installs: each page's
+ * window of @around bytes (aligned; clipped to the source), sorted by
+ * source offset, joined where they overlap or lie less than @gap apart
+ * (0: touch), into spans of at most @max bytes (a window is never cut).
+ * Returns how many spans are in *out (the caller frees it), or -ENOMEM.
+ */
+ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
+		   uint64_t gap, uint64_t max, struct wset_span **out)
+{
+	const struct wset_space *s = &ws->spaces[k];
+	struct wset_span *w = malloc((ws->nr ? ws->nr : 1) * sizeof(*w));
+	size_t n = 0;
+
+	if (!w)
+		return -ENOMEM;
+	if (around < s->page_size)
+		around = s->page_size;
+	for (uint64_t i = 0; i < ws->nr; i++) {
+		uint64_t off = ws->e[i].page * s->page_size, a;
+
+		if (ws->e[i].space != k)
+			continue;
+		a = off - off % around;
+		w[n++] = (struct wset_span){
+			a, (a + around < s->src_size ? a + around
+						     : s->src_size) - a };
+	}
+	qsort(w, n, sizeof(*w), cmp_span);
+	*out = w;
+	return (ssize_t)spans_join(w, n, gap, max);
+}
+
+/*
+ * wset_read_group() - the spans @s[i..return) that one read covers: the
+ * next ones while they start less than @gap after the previous one's end
+ * and the read stays within @max bytes (reading a gap costs less than
+ * another read). At least one.
+ */
+size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,
+		       uint64_t gap, uint64_t max)
+{
+	size_t j = i + 1;
+
+	while (j < n && s[j].off <= s[j - 1].off + s[j - 1].len + gap &&
+	       s[j].off + s[j].len - s[i].off <= max)
+		j++;
+	return j;
+}
+
+/* ------------------------------------------------------------------------
+ * The recorder.
+ */
+
+void wset_rec_init(struct wset_rec *r)
+{
+	*r = (struct wset_rec){ 0 };
+	pthread_mutex_init(&r->lock, NULL);
+}
+
+/*
+ * wset_rec_space() - the index of space @sp in @r's table (added if new).
+ * Returns 0, or -ENOMEM / -E2BIG (then nothing of it is recorded).
+ */
+int wset_rec_space(struct wset_rec *r, const struct wset_space *sp,
+		   uint32_t *index)
+{
+	struct wset_space *v;
+	int ret = 0;
+
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t i = 0; i < r->set.nr_spaces; i++)
+		if (wset_space_match(&r->set.spaces[i], sp)) {
+			*index = i;
+			goto out;
+		}
+	ret = -E2BIG;
+	if (r->set.nr_spaces == WSET_MAX_SPACES)
+		goto out;
+	ret = -ENOMEM;
+	v = realloc(r->set.spaces, (r->set.nr_spaces + 1) * sizeof(*v));
+	if (!v)
+		goto out;
+	r->set.spaces = v;
+	v[r->set.nr_spaces] = *sp;
+	*index = r->set.nr_spaces++;
+	ret = 0;
+out:
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+/*
+ * wset_rec_add() - page @page of space @space was touched first now. The
+ * caller notes each page once. Context: any thread; no I/O.
+ */
+void wset_rec_add(struct wset_rec *r, uint32_t space, uint64_t page)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->set.nr == r->cap) {
+		uint64_t cap = r->cap ? 2 * r->cap : 4096;
+		struct wset_entry *e = realloc(r->set.e, cap * sizeof(*e));
+
+		if (!e) {
+			r->err = -ENOMEM;
+			goto out;
+		}
+		r->set.e = e;
+		r->cap = cap;
+	}
+	r->set.e[r->set.nr++] = (struct wset_entry){ space, 0, page };
+out:
+	pthread_mutex_unlock(&r->lock);
+}
+
+/*
+ * wset_rec_copy() - what @r holds now, as a set of its own (for
+ * wset_write_fd() or wset_save(), outside the recorder's lock). A
+ * recorder that lost an entry gives nothing: a set is complete or not
+ * written. Returns 0, -ENOMEM (an entry lost, or no memory now), or
+ * -ENODATA (no space was ever noted: nothing to tie a set to).
+ */
+int wset_rec_copy(struct wset_rec *r, struct wset *out)
+{
+	int ret = -ENOMEM;
+
+	*out = (struct wset){ 0 };
+	pthread_mutex_lock(&r->lock);
+	out->nr_spaces = r->set.nr_spaces;
+	out->nr = r->set.nr;
+	out->spaces = malloc((out->nr_spaces ? out->nr_spaces : 1) *
+			     sizeof(*out->spaces));
+	out->e = malloc((out->nr ? out->nr : 1) * sizeof(*out->e));
+	if (out->spaces && out->e) {
+		memcpy(out->spaces, r->set.spaces,
+		       out->nr_spaces * sizeof(*out->spaces));
+		memcpy(out->e, r->set.e, out->nr * sizeof(*out->e));
+		ret = r->err;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (!ret && !out->nr_spaces)
+		ret = -ENODATA;
+	if (ret)
+		wset_free(out);
+	return ret;
+}
+
+void wset_rec_free(struct wset_rec *r)
+{
+	wset_free(&r->set);
+	pthread_mutex_destroy(&r->lock);
+}
