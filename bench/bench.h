@@ -92,6 +92,7 @@ extern const struct scenario scenario_pf3;
 extern const struct scenario scenario_dirty;
 extern const struct scenario scenario_file;
 extern const struct scenario scenario_restore;
+extern const struct scenario scenario_mac;
 extern const struct scenario scenario_criu;
 extern const struct scenario scenario_workingset;
 

@@ -39,6 +39,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_dirty,
 	&scenario_file,
 	&scenario_restore,
+	&scenario_mac,
 	&scenario_criu,
 	&scenario_workingset,
 };

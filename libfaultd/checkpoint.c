@@ -12,12 +12,15 @@
  * only, all an unprivileged process may have, cannot resolve the kernel's
  * own access to a missing page), and the bytes written are the bytes
  * checked even while the application writes. A block of zeros takes no
- * space; the others are written with their CRC32C. An incremental image holds only the blocks
- * with a page written since the last collection of the region's dirty set
- * (write tracking), and names its parent. A full image of a tracked
- * region collects that set first, so the next incremental image is
- * against this one. With a key file, every check is an HMAC-SHA256 under
- * the image's key instead of a CRC32C (imgcheck.c).
+ * space; the others are written with their check. An incremental image
+ * holds only the blocks with a page written since the last collection of
+ * the region's dirty set (write tracking), and names its parent. A full
+ * image of a tracked region collects that set first, so the next
+ * incremental image is against this one. With a key file, every check is
+ * an AES-256-GMAC (or, asked for, an HMAC-SHA256) under the image's key
+ * instead of a CRC32C (imgcheck.c); the image's new random id makes its
+ * key new, so that no GMAC nonce of an earlier image under the same name
+ * is used again under its key.
  *
  * The image goes to a temporary file in the target's directory and is
  * renamed over the target only when complete: a crash leaves the old image
@@ -36,7 +39,8 @@
 
 #include "internal.h"
 
-#define CKPT_KNOWN (FAULTD_CKPT_SYNC | FAULTD_CKPT_INCREMENTAL)
+#define CKPT_KNOWN \
+	(FAULTD_CKPT_SYNC | FAULTD_CKPT_INCREMENTAL | FAULTD_CKPT_HMAC)
 
 /* An image being written. */
 struct ckpt {
@@ -316,7 +320,7 @@ static int ckpt_collect(struct ckpt *c, bool keep)
 
 /* The temporary file, the header's constants, the checker of @key. */
 static int ckpt_begin(struct ckpt *c, const char *path, char *tmp,
-		      const struct img_key *key)
+		      const struct img_key *key, unsigned int flags)
 {
 	int ret;
 
@@ -334,6 +338,9 @@ static int ckpt_begin(struct ckpt *c, const char *path, char *tmp,
 	c->h.region_len = c->len;
 	c->h.base_addr = c->r->base;
 	c->h.flags |= key ? IMG_MAC : 0;
+	if (key)
+		c->h.mac_alg = flags & FAULTD_CKPT_HMAC ? IMG_ALG_HMAC_SHA256
+							: IMG_ALG_GMAC_AES256;
 	if (getrandom(c->h.id, sizeof(c->h.id), 0) != sizeof(c->h.id))
 		return -errno ? -errno : -EIO;
 	ret = img_checker_new(&c->h, key, &c->chk);
@@ -380,7 +387,8 @@ static int ckpt_check(struct faultd_region *r, const char *path,
 {
 	if (!r || !path || !*path || (o->flags & ~CKPT_KNOWN))
 		return -EINVAL;
-	if (!!(o->flags & FAULTD_CKPT_INCREMENTAL) != !!o->parent)
+	if (!!(o->flags & FAULTD_CKPT_INCREMENTAL) != !!o->parent ||
+	    ((o->flags & FAULTD_CKPT_HMAC) && !o->key_file))
 		return -EINVAL;
 	if ((o->flags & FAULTD_CKPT_INCREMENTAL) &&
 	    (r->wp_mode == WP_NONE || ckpt_dirty_is_writebacks(r)))
@@ -402,7 +410,7 @@ static int ckpt_write(struct ckpt *c, const char *path, char *tmp,
 	if (o->parent)
 		ret = ckpt_parent(c, o->parent, key);
 	if (!ret)
-		ret = ckpt_begin(c, path, tmp, key);
+		ret = ckpt_begin(c, path, tmp, key, o->flags);
 	if (!ret && r->wp_mode != WP_NONE && !ckpt_dirty_is_writebacks(r))
 		ret = ckpt_collect(c, o->parent != NULL);
 	if (!ret)

@@ -14,7 +14,7 @@
  * no space taken). A block in no extent was never present: zeros in a full
  * image; in an incremental image, unchanged since the parent, whose file
  * is named in the header and found next to this one. Every data block has
- * a check (a CRC32C, or with IMG_MAC an HMAC-SHA256: imgcheck.c) in the
+ * a check (a CRC32C, or with IMG_MAC a MAC: imgcheck.c) in the
  * check table. Both tables are cut in chunks of IMG_CHUNK (4 KiB) that end
  * with their own check, so that a reader takes them a chunk at a time.
  *
@@ -115,7 +115,7 @@ static int header_sizes_check(const struct img_header *h, uint64_t file_len,
 			      const char **why)
 {
 	uint64_t blocks = div_up(h->region_len, IMG_BLOCK), end;
-	size_t cs = h->flags & IMG_MAC ? 32 : 4;
+	size_t cs = img_check_size_of(h); /* known: header_check() */
 
 	*why = "the header's sizes do not agree with each other";
 	if (!h->region_len || h->region_len > IMG_MAX_REGION ||
@@ -132,16 +132,46 @@ static int header_sizes_check(const struct img_header *h, uint64_t file_len,
 	return file_len < end ? -EBADMSG : 0;
 }
 
+static bool all_zero(const char *p, size_t len)
+{
+	return !len || (!p[0] && !memcmp(p, p + 1, len - 1));
+}
+
+/*
+ * The checks' kind: mac_alg is 0 without IMG_MAC and in version 2 (which
+ * has HMAC-SHA256 only), and one this build knows; header_mac holds the
+ * MAC and zeros after it (all zeros without IMG_MAC).
+ */
+static int header_alg_check(const struct img_header *h, const char **why)
+{
+	size_t used;
+
+	*why = "the header's MAC fields are wrong";
+	if ((h->version == 2 || !(h->flags & IMG_MAC)) && h->mac_alg)
+		return -EBADMSG;
+	*why = "an image with a MAC this build does not know";
+	if (!img_check_size_of(h))
+		return -EPROTONOSUPPORT;
+	used = h->flags & IMG_MAC ? img_check_size_of(h) : 0;
+	*why = "the header's MAC fields are wrong";
+	return all_zero((const char *)h->header_mac + used,
+			sizeof(h->header_mac) - used)
+		       ? 0
+		       : -EBADMSG;
+}
+
 static int header_check(const struct img_header *h, uint64_t file_len,
 			const char **why)
 {
+	int ret;
+
 	*why = "not a checkpoint image";
 	if (memcmp(h->magic, IMG_MAGIC, sizeof(h->magic)))
 		return -EINVAL;
-	*why = "an image of another format version (this build reads version "
-	       "2 only: an image of version 1, from an older libfaultd, must "
+	*why = "an image of another format version (this build reads versions "
+	       "2 and 3: an image of version 1, from an older libfaultd, must "
 	       "be taken again)";
-	if (h->version != IMG_VERSION)
+	if (h->version < IMG_VERSION_MIN || h->version > IMG_VERSION)
 		return -EPROTONOSUPPORT;
 	*why = "the header's checksum does not match";
 	if (h->header_crc != header_crc(h))
@@ -149,6 +179,9 @@ static int header_check(const struct img_header *h, uint64_t file_len,
 	*why = "an image with a flag this build does not know";
 	if (h->flags & ~(uint64_t)IMG_FLAGS)
 		return -EPROTONOSUPPORT;
+	ret = header_alg_check(h, why);
+	if (ret)
+		return ret;
 	*why = "the header's fixed fields are wrong";
 	if (h->header_size != sizeof(*h) || h->block_size != IMG_BLOCK ||
 	    h->page_size != 4096 || h->chunk_size != IMG_CHUNK ||
@@ -195,11 +228,6 @@ static uint64_t checks_in_chunk(const struct image *img, uint64_t c)
 	return img->h.nr_blocks - first < per ? img->h.nr_blocks - first : per;
 }
 
-static bool all_zero(const char *p, size_t len)
-{
-	return !len || (!p[0] && !memcmp(p, p + 1, len - 1));
-}
-
 /*
  * Extents of one chunk: sorted, apart, inside the region (after @end, the
  * end of the previous chunk's last, when known), data inside the data
@@ -230,18 +258,22 @@ static int ext_chunk_check(const struct image *img, uint64_t c,
 		       : -EBADMSG;
 }
 
-/* Does chunk @buf (of the table @tag says) match its trailer? */
+/* Does chunk @buf (of the table @tag says) match its trailer? Its unused
+ * entries, and the trailer after the check, are zeros. */
 static int chunk_verify(struct image *img, uint64_t tag, const char *buf)
 {
 	uint64_t c = TAG_INDEX(tag);
 	bool ext = tag & TAG_EXT;
 	uint64_t used = ext ? ext_in_chunk(img, c) * sizeof(struct img_extent)
 			    : checks_in_chunk(img, c) * img->check_size;
+	const char *trailer = buf + IMG_CHUNK - IMG_TRAILER;
 	int ret = img_check_verify(img->chk, ext ? IMG_L_EXTENTS : IMG_L_CHECKS,
 				   c, buf, IMG_CHUNK - IMG_TRAILER,
-				   (const uint8_t *)buf + IMG_CHUNK - IMG_TRAILER);
+				   (const uint8_t *)trailer);
 
-	if (!ret && !all_zero(buf + used, IMG_CHUNK - IMG_TRAILER - used))
+	if (!ret && (!all_zero(buf + used, IMG_CHUNK - IMG_TRAILER - used) ||
+		     !all_zero(trailer + img->check_size,
+			       IMG_TRAILER - img->check_size)))
 		ret = -EBADMSG;
 	return ret;
 }

@@ -568,13 +568,19 @@ uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len);
  */
 
 #define IMG_MAGIC "FAULTDIM"
-#define IMG_VERSION 2
+#define IMG_VERSION 3		/* written; version 2 is read too */
+#define IMG_VERSION_MIN 2
 #define IMG_BLOCK (64ul << 10) /* storage, checksum and read unit */
 #define IMG_CHUNK 4096ul	/* table unit: entries, then their check */
 #define IMG_TRAILER 32ul	/* the check at the end of a table chunk */
 #define IMG_INCREMENTAL (1ull << 0)
-#define IMG_MAC (1ull << 1)	/* checks are HMAC-SHA256s, not CRC32Cs */
+#define IMG_MAC (1ull << 1)	/* checks are MACs (mac_alg), not CRC32Cs */
 #define IMG_FLAGS (IMG_INCREMENTAL | IMG_MAC)
+
+enum img_mac_alg {		/* with IMG_MAC: which MAC (0 without) */
+	IMG_ALG_HMAC_SHA256 = 0, /* the only one of version 2 */
+	IMG_ALG_GMAC_AES256 = 1, /* version 3 on; what is written */
+};
 
 struct img_header {
 	char magic[8];		/* IMG_MAGIC */
@@ -595,9 +601,9 @@ struct img_header {
 	char parent[256];	/* incremental: the parent's file name, in the
 				   same directory; NUL-terminated */
 	uint32_t chunk_size;	/* IMG_CHUNK */
-	uint32_t reserved;
+	uint32_t mac_alg;	/* enum img_mac_alg (version 2: reserved, 0) */
 	uint8_t header_mac[32];	/* IMG_MAC: of this header, it and
-				   header_crc 0 */
+				   header_crc 0; a shorter MAC's rest 0 */
 	uint32_t header_crc;	/* CRC32C of this header, this field 0 */
 	uint32_t reserved2;
 };
@@ -633,7 +639,7 @@ struct image {
 	struct img_header h;
 	struct img_checker *chk;	/* computes and compares the checks */
 	uint64_t ext_chunks, check_chunks;
-	size_t check_size;		/* bytes of one check: 4 or 32 */
+	size_t check_size;		/* bytes of one check: 4, 16 or 32 */
 	/* The table chunks in use: lock protects the slots and the tick;
 	 * held only to look a chunk up or put one in, never across I/O. */
 	pthread_mutex_t lock;
@@ -664,7 +670,8 @@ int image_key_of(const struct image *img, struct img_key *out);
 
 /* ------------------------------------------------------------------------
  * imgcheck.c - the checks of an image's blocks, table chunks and header:
- * CRC32C, or HMAC-SHA256 (OpenSSL) under a key derived for the image.
+ * CRC32C, or a MAC (AES-256-GMAC, or HMAC-SHA256; OpenSSL) under a key
+ * derived for the image.
  */
 
 enum img_label {	/* what a check covers, bound into it with its index */
@@ -677,6 +684,7 @@ enum img_label {	/* what a check covers, bound into it with its index */
 #define IMG_CHECK_MAX 32
 
 int img_key_load(const char *path, struct img_key *key);
+size_t img_check_size_of(const struct img_header *h);
 int img_checker_new(const struct img_header *h, const struct img_key *key,
 		    struct img_checker **cp);
 void img_checker_free(struct img_checker *c);

@@ -95,11 +95,13 @@ static void teardown(void)
 TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 240);
 
 /* An image of @len bytes of pattern(@tag), authenticated with the key
- * file @key (NULL: not). */
-static const char *make_image_key(const char *name, size_t len, uint64_t tag,
-				  const char *key)
+ * file @key (NULL: not), written with @flags (FAULTD_CKPT_*). */
+static const char *make_image_flags(const char *name, size_t len,
+				    uint64_t tag, const char *key,
+				    unsigned int flags)
 {
 	struct faultd_checkpoint_opts co = { .size = sizeof(co),
+					     .flags = flags,
 					     .key_file = key };
 	struct faultd_ctx *ctx;
 	struct faultd_region_opts o = { .size = sizeof(o), .length = len };
@@ -112,6 +114,12 @@ static const char *make_image_key(const char *name, size_t len, uint64_t tag,
 	cr_assert_eq(faultd_checkpoint(r, path, &co), 0);
 	faultd_ctx_destroy(ctx);
 	return path;
+}
+
+static const char *make_image_key(const char *name, size_t len, uint64_t tag,
+				  const char *key)
+{
+	return make_image_flags(name, len, tag, key, 0);
 }
 
 static const char *make_image(const char *name, size_t len, uint64_t tag)
@@ -631,6 +639,8 @@ Test(daemon, events_during_restore)
  * Authenticated images
  */
 
+/* GMAC images (the default) and HMAC-SHA256 ones, each checked by the
+ * daemon under the key derived for it. */
 Test(daemon, authenticated_image_is_served_with_its_key)
 {
 	const char *key = path_of("key");
@@ -638,8 +648,16 @@ Test(daemon, authenticated_image_is_served_with_its_key)
 
 	key_write(key, 0, 0600);
 	c.image = make_image_key("mac", c.len, TAG, key);
+	cr_assert_eq(header_read_of(c.image).mac_alg, IMG_ALG_GMAC_AES256);
 	cr_assert_eq(client_wait(client_start(&c)), 0);
 	c.lazy = true;
+	cr_assert_eq(client_wait(client_start(&c)), 0);
+	c.image = make_image_flags("hmac", 16 * MIB, TAG, key,
+				   FAULTD_CKPT_HMAC);
+	c.len = 16 * MIB;
+	cr_assert_eq(header_read_of(c.image).mac_alg, IMG_ALG_HMAC_SHA256);
+	cr_assert_eq(client_wait(client_start(&c)), 0);
+	c.lazy = false;
 	cr_assert_eq(client_wait(client_start(&c)), 0);
 	cr_assert(daemon_alive());
 }
@@ -711,12 +729,13 @@ static int key_register(const char *image, uint32_t flags,
 Test(daemon, authentication_refusals_get_precise_errors)
 {
 	const char *key = path_of("key"), *other = path_of("other");
-	const char *mac, *crc;
+	const char *mac, *crc, *mac2;
 	struct img_key k, wrong;
 
 	key_write(key, 0, 0600);
 	key_write(other, 0, 0600);
 	mac = make_image_key("mac", 4 * MIB, TAG, key);
+	mac2 = make_image_key("mac2", 4 * MIB, TAG, key);
 	crc = make_image("crc", 4 * MIB, TAG);
 	/* What the library sends: the image's own key, derived from k. */
 	{
@@ -737,6 +756,8 @@ Test(daemon, authentication_refusals_get_precise_errors)
 		     "another key");
 	cr_expect_eq(key_register(crc, PROTO_REG_MAC, &k), -EKEYREJECTED,
 		     "a key, and no MACs");
+	cr_expect_eq(key_register(mac2, PROTO_REG_MAC, &k), -EKEYREJECTED,
+		     "the key of another image of the same key file");
 	cr_expect_eq(key_register(mac, PROTO_REG_MAC, &k), 0, "its key");
 	cr_assert(daemon_alive());
 }

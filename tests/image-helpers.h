@@ -128,8 +128,7 @@ static inline struct img_header test_header(uint64_t region_len,
 static inline uint64_t test_end(const struct img_header *h)
 {
 	return h->checks_off +
-	       test_chunks(h->nr_blocks, h->flags & IMG_MAC ? 32 : 4) *
-		       IMG_CHUNK;
+	       test_chunks(h->nr_blocks, img_check_size_of(h)) * IMG_CHUNK;
 }
 
 /* Header MAC (with @chk, when IMG_MAC) and CRC. */
@@ -210,8 +209,8 @@ static inline void test_block_put(struct test_writer *w, uint64_t off,
 /*
  * test_image_write() - at @path, a full image of @region_len bytes with
  * the @n extents @fn gives (in order), its data the pattern of @tag,
- * authenticated with @key (NULL: CRC32Cs). Its header into *hp (may be
- * NULL).
+ * authenticated with @key (GMACs; NULL: CRC32Cs). Its header into *hp
+ * (may be NULL).
  */
 static inline void test_image_write(const char *path, uint64_t region_len,
 				    uint64_t n, test_extent_fn *fn, void *arg,
@@ -228,6 +227,7 @@ static inline void test_image_write(const char *path, uint64_t region_len,
 		nb += e.kind == IMG_DATA ? e.blocks : 0;
 	}
 	w->h = test_header(region_len, n, nb, key ? IMG_MAC : 0);
+	w->h.mac_alg = key ? IMG_ALG_GMAC_AES256 : 0;
 	cr_assert_eq(img_checker_new(&w->h, key, &w->chk), 0);
 	w->cs = img_check_size(w->chk);
 	per = (IMG_CHUNK - IMG_TRAILER) / w->cs;
@@ -294,6 +294,7 @@ static inline void image_resign_crc(const char *path)
 
 	cr_assert(w && (h.flags & IMG_MAC));
 	h.flags &= ~IMG_MAC;
+	h.mac_alg = 0;
 	w->h = h;
 	w->cs = 4;
 	cr_assert_eq(img_checker_new(&h, NULL, &w->chk), 0);

@@ -768,16 +768,24 @@ static struct faultd_region *restore_key(struct faultd_ctx *ctx,
 	return r;
 }
 
-static int checkpoint_key(struct faultd_region *r, const char *path,
-			  const char *key, const char *parent)
+static int checkpoint_key_flags(struct faultd_region *r, const char *path,
+				const char *key, const char *parent,
+				unsigned int flags)
 {
 	struct faultd_checkpoint_opts o = { .size = sizeof(o),
+					    .flags = flags,
 					    .parent = parent,
 					    .key_file = key };
 
 	if (parent)
-		o.flags = FAULTD_CKPT_INCREMENTAL;
+		o.flags |= FAULTD_CKPT_INCREMENTAL;
 	return faultd_checkpoint(r, path, &o);
+}
+
+static int checkpoint_key(struct faultd_region *r, const char *path,
+			  const char *key, const char *parent)
+{
+	return checkpoint_key_flags(r, path, key, parent, 0);
 }
 
 Test(image, authenticated_full_and_incremental_roundtrip)
@@ -794,6 +802,8 @@ Test(image, authenticated_full_and_incremental_roundtrip)
 	cr_assert_eq(checkpoint_key(r, full, key, NULL), 0);
 	h = header_of(full);
 	cr_assert(h.flags & IMG_MAC);
+	cr_assert_eq(h.version, 3);
+	cr_assert_eq(h.mac_alg, IMG_ALG_GMAC_AES256, "GMAC is the default");
 	x = restore_key(ctx, full, key, 0);
 	cr_assert_eq(faultd_restore_wait(x), 0);
 	cr_assert_eq(bad_blocks(faultd_region_base(x), len), 0);
@@ -880,19 +890,32 @@ static void expect_poisoned(const char *img, const char *key,
 		     how);
 }
 
+/* Seal check chunk 0 of the image @h at @fd again, from @chunk: with
+ * @key (NULL: a CRC32C, as one without a key can in an image of them). */
+static void check_chunk_reseal(int fd, const struct img_header *h,
+			       const struct img_key *key, char *chunk)
+{
+	struct img_checker *chk;
+
+	cr_assert_eq(img_checker_new(h, key, &chk), 0);
+	memset(chunk + IMG_CHUNK - IMG_TRAILER, 0, IMG_TRAILER);
+	test_chunk_put(fd, chk, IMG_L_CHECKS, h->checks_off, 0, chunk);
+	img_checker_free(chk);
+}
+
 /*
  * Swap data blocks @a and @b of the image at @path, and their checks (in
- * the first check chunk); with @reseal, seal that chunk again with a
- * CRC32C, as one without a key can in an image of CRC32Cs.
+ * the first check chunk); with @reseal, seal that chunk again (with @key,
+ * NULL: a CRC32C).
  */
-static void blocks_swap(const char *path, uint64_t a, uint64_t b, bool reseal)
+static void blocks_swap(const char *path, uint64_t a, uint64_t b, bool reseal,
+			const struct img_key *key)
 {
 	struct img_header h = header_of(path);
-	size_t cs = h.flags & IMG_MAC ? 32 : 4;
+	size_t cs = img_check_size_of(&h);
 	char *x = malloc(IMG_BLOCK), *y = malloc(IMG_BLOCK);
 	char *chunk = malloc(IMG_CHUNK), tmp[32];
 	int fd = open(path, O_RDWR | O_CLOEXEC);
-	struct img_checker *chk;
 
 	cr_assert(fd >= 0 && x && y && chunk);
 	cr_assert_eq(pread(fd, x, IMG_BLOCK, (off_t)(h.data_off + a * IMG_BLOCK)),
@@ -909,10 +932,7 @@ static void blocks_swap(const char *path, uint64_t a, uint64_t b, bool reseal)
 	memcpy(chunk + a * cs, chunk + b * cs, cs);
 	memcpy(chunk + b * cs, tmp, cs);
 	if (reseal) {
-		cr_assert_eq(img_checker_new(&h, NULL, &chk), 0);
-		memset(chunk + IMG_CHUNK - IMG_TRAILER, 0, IMG_TRAILER);
-		test_chunk_put(fd, chk, IMG_L_CHECKS, h.checks_off, 0, chunk);
-		img_checker_free(chk);
+		check_chunk_reseal(fd, &h, key, chunk);
 	} else {
 		cr_assert_eq(pwrite(fd, chunk, IMG_CHUNK, (off_t)h.checks_off),
 			     (ssize_t)IMG_CHUNK);
@@ -952,7 +972,7 @@ Test(image, changes_without_the_key_are_caught)
 	cr_assert_eq(try_restore_key(ctx, t, key), -EKEYREJECTED,
 		     "a header changed, its CRC32C made to match");
 	t = damaged_copy(img, "swap", 0, 0, -1);
-	blocks_swap(t, 1, 4, false);
+	blocks_swap(t, 1, 4, false, NULL);
 	cr_assert_eq(try_restore_key(ctx, t, key), -EBADMSG,
 		     "two blocks swapped with their MACs: the chunk's MAC");
 	cr_assert_eq(try_restore_key(ctx, damaged_copy(img, "ext",
@@ -983,8 +1003,300 @@ Test(image, crc_checks_are_bound_to_their_block)
 	const char *img = path_of("cswap");
 
 	cr_assert_eq(faultd_checkpoint(r, img, NULL), 0);
-	blocks_swap(img, 1, 4, true);
+	blocks_swap(img, 1, 4, true, NULL);
 	expect_poisoned(img, NULL, "two blocks swapped with their CRCs");
+	faultd_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * The MACs themselves: what they are, what they are bound to, which one
+ */
+
+/* NIST CAVP gcmEncryptExtIV256.rsp, [PTlen = 0] [AADlen = 128], Count 0. */
+static const uint8_t nist_key[32] = {
+	0x78, 0xdc, 0x4e, 0x0a, 0xaf, 0x52, 0xd9, 0x35, 0xc3, 0xc0, 0x1e,
+	0xea, 0x57, 0x42, 0x8f, 0x00, 0xca, 0x1f, 0xd4, 0x75, 0xf5, 0xda,
+	0x86, 0xa4, 0x9c, 0x8d, 0xd7, 0x3d, 0x68, 0xc8, 0xe2, 0x23,
+};
+static const uint8_t nist_iv[12] = { 0xd7, 0x9c, 0xf2, 0x2d, 0x50, 0x4c,
+				     0xc7, 0x93, 0xc3, 0xfb, 0x6c, 0x8a };
+static const uint8_t nist_aad[16] = { 0xb9, 0x6b, 0xaa, 0x8c, 0x1c, 0x75,
+				      0xa6, 0x71, 0xbf, 0xb2, 0xd0, 0x8d,
+				      0x06, 0xbe, 0x5f, 0x36 };
+static const uint8_t nist_tag[16] = { 0x3e, 0x5d, 0x48, 0x6a, 0xa2, 0xe3,
+				      0x0b, 0x22, 0xe0, 0x40, 0xb8, 0x57,
+				      0x23, 0xa0, 0x6e, 0x76 };
+
+/*
+ * The tags of data block 7, 64 bytes 0, 1, ... 63, of the image whose id is
+ * 0, 1, ... 15, with the user key of 32 bytes 0x5a, as faultd-image(5)
+ * defines them: computed apart from libfaultd, by Python's hmac and the
+ * AESGCM of its cryptography package.
+ */
+static const uint8_t kat_gmac[16] = { 0x12, 0x6f, 0x75, 0x78, 0x6a, 0x48,
+				      0x35, 0xde, 0x2e, 0x92, 0x2d, 0x8f,
+				      0x38, 0x2f, 0x23, 0x11 };
+static const uint8_t kat_hmac[32] = {
+	0x5f, 0x03, 0x09, 0x29, 0x58, 0xf3, 0xa3, 0x37, 0x8c, 0x31, 0x40,
+	0xa4, 0x7e, 0xba, 0x17, 0xfb, 0xa4, 0xe3, 0x5a, 0x79, 0x93, 0xd2,
+	0xc9, 0x42, 0x52, 0x8b, 0x28, 0xca, 0x25, 0xe0, 0x81, 0x8c,
+};
+
+static struct img_checker *checker_new(uint32_t alg, const uint8_t *id,
+				       const struct img_key *key)
+{
+	struct img_header h = { .flags = IMG_MAC, .mac_alg = alg };
+	struct img_checker *c;
+
+	memcpy(h.id, id, sizeof(h.id));
+	cr_assert_eq(img_checker_new(&h, key, &c), 0);
+	return c;
+}
+
+Test(image, macs_are_the_ones_the_format_defines)
+{
+	struct img_key k = { .image_key = true };
+	uint8_t id[16], data[64], tag[IMG_CHECK_MAX];
+	struct img_checker *c;
+	uint32_t label;
+	uint64_t index;
+
+	/* GMAC is AES-256-GCM's tag of the bytes as additional data; its
+	 * nonce is the label's 4 bytes, then the index's 8. */
+	memcpy(k.key, nist_key, sizeof(k.key));
+	memcpy(&label, nist_iv, sizeof(label));
+	memcpy(&index, nist_iv + sizeof(label), sizeof(index));
+	memset(id, 0, sizeof(id));
+	c = checker_new(IMG_ALG_GMAC_AES256, id, &k);
+	cr_assert_eq(img_check_size(c), 16);
+	cr_assert_eq(img_check(c, (enum img_label)label, index, nist_aad,
+			       sizeof(nist_aad), tag), 0);
+	cr_assert_arr_eq(tag, nist_tag, sizeof(nist_tag));
+	img_checker_free(c);
+	/* From the user key: the image key derived, then the tag. */
+	memset(k.key, 0x5a, sizeof(k.key));
+	k.image_key = false;
+	for (unsigned int i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)i;
+	memcpy(id, data, sizeof(id));
+	c = checker_new(IMG_ALG_GMAC_AES256, id, &k);
+	cr_assert_eq(img_check(c, IMG_L_DATA, 7, data, sizeof(data), tag), 0);
+	cr_assert_arr_eq(tag, kat_gmac, sizeof(kat_gmac));
+	img_checker_free(c);
+	c = checker_new(IMG_ALG_HMAC_SHA256, id, &k);
+	cr_assert_eq(img_check_size(c), 32);
+	cr_assert_eq(img_check(c, IMG_L_DATA, 7, data, sizeof(data), tag), 0);
+	cr_assert_arr_eq(tag, kat_hmac, sizeof(kat_hmac), "version 2's HMAC");
+	img_checker_free(c);
+}
+
+/*
+ * A tag verifies only what it was made for: the same label and index of
+ * the same image (its key). GMAC binds them as its nonce, HMAC hashes
+ * them first; and the two MACs of one image do not share a key.
+ */
+Test(image, mac_tags_are_bound_to_label_index_and_image)
+{
+	static const enum img_label other[] = { IMG_L_HEADER, IMG_L_EXTENTS,
+						IMG_L_CHECKS };
+	static const uint32_t algs[] = { IMG_ALG_GMAC_AES256,
+					 IMG_ALG_HMAC_SHA256 };
+	struct img_key user = { .image_key = false }, ka, kb;
+	uint8_t id_a[16], id_b[16], tag[IMG_CHECK_MAX];
+	char *block = malloc(IMG_BLOCK);
+
+	cr_assert(block);
+	pattern_fill(TAG, 0, block, IMG_BLOCK);
+	cr_assert_eq(getrandom(user.key, sizeof(user.key), 0), 32);
+	cr_assert_eq(getrandom(id_a, sizeof(id_a), 0), 16);
+	memcpy(id_b, id_a, sizeof(id_b));
+	id_b[15] ^= 1;
+	for (unsigned int i = 0; i < 2; i++) {
+		struct img_checker *a = checker_new(algs[i], id_a, &user);
+		struct img_checker *b = checker_new(algs[i], id_b, &user);
+
+		cr_assert_eq(img_check(a, IMG_L_DATA, 5, block, IMG_BLOCK, tag),
+			     0);
+		cr_assert_eq(img_check_verify(a, IMG_L_DATA, 5, block,
+					      IMG_BLOCK, tag), 0);
+		cr_assert_eq(img_check_verify(a, IMG_L_DATA, 6, block,
+					      IMG_BLOCK, tag), -EBADMSG,
+			     "alg %u: another index", algs[i]);
+		cr_assert_eq(img_check_verify(a, IMG_L_DATA, 5 | 1ull << 40,
+					      block, IMG_BLOCK, tag), -EBADMSG,
+			     "alg %u: an index's high bits", algs[i]);
+		for (unsigned int l = 0; l < 3; l++)
+			cr_assert_eq(img_check_verify(a, other[l], 5, block,
+						      IMG_BLOCK, tag),
+				     -EBADMSG, "alg %u: label %d", algs[i],
+				     other[l]);
+		cr_assert_eq(img_check_verify(b, IMG_L_DATA, 5, block,
+					      IMG_BLOCK, tag), -EBADMSG,
+			     "alg %u: another image", algs[i]);
+		img_checker_key(a, i ? &kb : &ka);
+		img_checker_free(a);
+		img_checker_free(b);
+	}
+	cr_assert(memcmp(ka.key, kb.key, sizeof(ka.key)),
+		  "GMAC's and HMAC's keys of one image differ");
+	free(block);
+}
+
+/*
+ * The same, in images: a data block and its tag moved to another block's
+ * place, or the tag of the same block of another image under the same
+ * key, each put in with the check chunk sealed again with the image's
+ * own key (what only a holder of the key can do; without it the chunk's
+ * MAC catches the change first) - the block is still poisoned.
+ */
+Test(image, moved_or_foreign_tags_are_poisoned)
+{
+	struct faultd_ctx *ctx = ctx_new();
+	struct faultd_region *r = sample_region(ctx, 30 * BLOCK, 0);
+	const char *key = path_of("bk"), *a = path_of("ba"), *b = path_of("bb");
+	const char *t;
+	struct img_key user;
+	struct img_header ha, hb;
+	char *ca = malloc(IMG_CHUNK), *cb = malloc(IMG_CHUNK);
+	size_t cs;
+	int fd;
+
+	key_write(key, 0, 0600);
+	user = key_read(key);
+	cr_assert_eq(checkpoint_key(r, a, key, NULL), 0);
+	cr_assert_eq(checkpoint_key(r, b, key, NULL), 0);
+	t = damaged_copy(a, "moved", 0, 0, -1);
+	blocks_swap(t, 1, 4, true, &user);
+	expect_poisoned(t, key, "a block and its tag moved, resealed");
+	/* Same content, same key, another image: data block 1's tag of b. */
+	ha = header_of(a);
+	hb = header_of(b);
+	cs = img_check_size_of(&ha);
+	cr_assert(ca && cb && cs == 16);
+	fd = open(b, O_RDONLY | O_CLOEXEC);
+	cr_assert_eq(pread(fd, cb, IMG_CHUNK, (off_t)hb.checks_off), IMG_CHUNK);
+	close(fd);
+	t = damaged_copy(a, "foreign", 0, 0, -1);
+	fd = open(t, O_RDWR | O_CLOEXEC);
+	cr_assert_eq(pread(fd, ca, IMG_CHUNK, (off_t)ha.checks_off), IMG_CHUNK);
+	cr_assert(memcmp(ca + cs, cb + cs, cs), "the images' tags differ");
+	memcpy(ca + cs, cb + cs, cs);
+	check_chunk_reseal(fd, &ha, &user, ca);
+	close(fd);
+	expect_poisoned(t, key, "another image's tag of the same block");
+	cr_assert_eq(run_in_child(tampered_child, &(struct tamper){ a, key }),
+		     -6, "the image itself serves block 3 (exit 5)");
+	free(ca);
+	free(cb);
+	faultd_ctx_destroy(ctx);
+}
+
+/* Write header @h at @path with its MAC (under @key) and its CRC sealed
+ * again: a change only a holder of the key can make. */
+static void header_resign(const char *path, struct img_header h,
+			  const struct img_key *key)
+{
+	struct img_checker *chk;
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(img_checker_new(&h, key, &chk), 0);
+	test_header_seal(&h, chk);
+	cr_assert_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	img_checker_free(chk);
+	close(fd);
+}
+
+/* A copy of @img named @name whose header is @h, its CRC32C made to
+ * match (its MAC left as it was). */
+static const char *header_changed(const char *img, const char *name,
+				  struct img_header h)
+{
+	const char *t = damaged_copy(img, name, 0, 0, -1);
+
+	header_reseal(t, h);
+	return t;
+}
+
+static void restored_right(struct faultd_ctx *ctx, const char *img,
+			   const char *key, size_t len)
+{
+	struct faultd_region *x = restore_key(ctx, img, key, 0);
+
+	cr_assert_eq(faultd_restore_wait(x), 0);
+	cr_assert_eq(bad_blocks(faultd_region_base(x), len), 0, "%s", img);
+	faultd_region_destroy(x);
+}
+
+/*
+ * The header's mac_alg: HMAC-SHA256 written on request and read, in
+ * version 3 and in version 2 (libfaultd's images before GMAC); covered by
+ * the header's MAC; an unknown one refused as such, a malformed one as
+ * damage; and the bytes after a tag are zeros.
+ */
+Test(image, the_mac_algorithm_is_read_and_authenticated)
+{
+	size_t len = 30 * BLOCK;
+	struct faultd_ctx *ctx = ctx_new();
+	struct faultd_region *r = sample_region(ctx, len, 0);
+	const char *key = path_of("ak"), *hm = path_of("ahmac");
+	const char *gm = path_of("agmac"), *crc = path_of("acrc");
+	struct img_key user;
+	struct img_header h;
+	off_t at;
+
+	key_write(key, 0, 0600);
+	user = key_read(key);
+	cr_assert_eq(checkpoint_key_flags(r, path_of("ax"), NULL, NULL,
+					  FAULTD_CKPT_HMAC),
+		     -EINVAL, "HMAC without a key");
+	cr_assert_eq(checkpoint_key_flags(r, hm, key, NULL, FAULTD_CKPT_HMAC),
+		     0);
+	cr_assert_eq(checkpoint_key(r, gm, key, NULL), 0);
+	cr_assert_eq(faultd_checkpoint(r, crc, NULL), 0);
+	h = header_of(hm);
+	cr_assert_eq(h.mac_alg, IMG_ALG_HMAC_SHA256);
+	cr_assert_eq(img_check_size_of(&h), 32);
+	restored_right(ctx, hm, key, len);
+	h.version = 2;
+	header_resign(damaged_copy(hm, "av2", 0, 0, -1), h, &user);
+	restored_right(ctx, path_of("av2"), key, len);
+
+	h = header_of(gm);
+	cr_assert_eq(img_check_size_of(&h), 16);
+	h.mac_alg = IMG_ALG_HMAC_SHA256;
+	cr_assert_eq(try_restore_key(ctx, header_changed(gm, "a-hmac", h), key),
+		     -EKEYREJECTED, "GMAC's image said to be HMAC's");
+	h.mac_alg = 7;
+	cr_assert_eq(try_restore_key(ctx, header_changed(gm, "a-alg7", h), key),
+		     -EPROTONOSUPPORT, "an unknown MAC");
+	h = header_of(gm);
+	h.version = 2;
+	cr_assert_eq(try_restore_key(ctx, header_changed(gm, "a-v2gmac", h),
+				     key),
+		     -EBADMSG, "version 2 with GMAC");
+	h = header_of(gm);
+	h.header_mac[20] = 1;
+	cr_assert_eq(try_restore_key(ctx, header_changed(gm, "a-hmac20", h),
+				     key),
+		     -EBADMSG, "a byte after the header's tag");
+	h = header_of(gm);
+	at = (off_t)(h.extents_off + IMG_CHUNK - IMG_TRAILER + 20);
+	cr_assert_eq(try_restore_key(ctx, damaged_copy(gm, "a-trailer", at, 1,
+						       -1),
+				     key),
+		     -EBADMSG, "a byte after a chunk's tag");
+	h = header_of(crc);
+	h.mac_alg = IMG_ALG_GMAC_AES256;
+	cr_assert_eq(try_restore_key(ctx, header_changed(crc, "a-crcalg", h),
+				     NULL),
+		     -EBADMSG, "a MAC algorithm without IMG_MAC");
+	h = header_of(crc);
+	h.header_mac[0] = 1;
+	cr_assert_eq(try_restore_key(ctx, header_changed(crc, "a-crcmac", h),
+				     NULL),
+		     -EBADMSG, "a header MAC without IMG_MAC");
+	cr_assert_eq(try_restore_key(ctx, crc, NULL), 0);
 	faultd_ctx_destroy(ctx);
 }
 

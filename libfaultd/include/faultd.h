@@ -1023,13 +1023,15 @@ int faultd_clear_info(struct faultd_clear_info *info);
 /* ------------------------------------------------------------------------
  * Checkpoint and restore
  *
- * An image holds a region's content in 64 KiB blocks, each with a CRC32C;
- * blocks of zeros take no space. Images are versioned; a reader refuses
- * one it does not understand. See faultd-image(5).
+ * An image holds a region's content in 64 KiB blocks, each with a CRC32C
+ * (or a MAC, with a key); blocks of zeros take no space. Images are
+ * versioned; a reader refuses one it does not understand. See
+ * faultd-image(5).
  */
 
 #define FAULTD_CKPT_SYNC (1u << 0)	  /* fsync the image and its directory */
 #define FAULTD_CKPT_INCREMENTAL (1u << 1) /* only what changed since @parent */
+#define FAULTD_CKPT_HMAC (1u << 2)	  /* with @key_file: HMAC-SHA256s */
 
 struct faultd_checkpoint_opts {
 	size_t size;		/* sizeof(struct faultd_checkpoint_opts) */
@@ -1039,9 +1041,10 @@ struct faultd_checkpoint_opts {
 	const char *parent;
 	/* NULL, or a key file (32 bytes, not readable or writable by group
 	 * or others): the image is authenticated, every block, table chunk
-	 * and the header with an HMAC-SHA256 under a key derived from it,
-	 * and reads only with the same key (a parent must have been taken
-	 * with it too). */
+	 * and the header with an AES-256-GMAC (with FAULTD_CKPT_HMAC: an
+	 * HMAC-SHA256, for CPUs without AES and carry-less multiply
+	 * instructions) under a key derived from it, and reads only with
+	 * the same key (a parent must have been taken with it too). */
 	const char *key_file;
 };
 
@@ -1057,12 +1060,12 @@ struct faultd_checkpoint_opts {
  * written while it is taken. It is written to a temporary file renamed over
  * @path when complete: a crash leaves the old file or the new one.
  * Returns 0, or -EINVAL (NULL, unknown flags, INCREMENTAL without a parent
- * or a parent without INCREMENTAL, a key file that is not a regular file
- * of 32 bytes), -EPERM (the key file is open to group or others), -E2BIG,
- * -EOPNOTSUPP (incremental of a region without write tracking; huge
- * pages; a same-thread region), -EDEADLK (from a handler thread),
- * -ENAMETOOLONG, the parent's errors as for faultd_restore(), or the error
- * of a file operation.
+ * or a parent without INCREMENTAL, HMAC without a key file, a key file
+ * that is not a regular file of 32 bytes), -EPERM (the key file is open
+ * to group or others), -E2BIG, -EOPNOTSUPP (incremental of a region
+ * without write tracking; huge pages; a same-thread region), -EDEADLK
+ * (from a handler thread), -ENAMETOOLONG, the parent's errors as for
+ * faultd_restore(), or the error of a file operation.
  * Context: any thread but a handler thread; not concurrently with resize
  * or destroy of the region.
  */

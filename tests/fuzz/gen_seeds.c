@@ -224,18 +224,20 @@ static const char *key_file(void)
 }
 
 /* Checkpoint @r as @name, incremental over @parent unless that is NULL,
- * authenticated with the fuzz key if @mac. */
+ * authenticated with the fuzz key if @mac (GMACs; with FAULTD_CKPT_HMAC
+ * in @flags, HMAC-SHA256s). */
 static void ckpt_mac(struct faultd_region *r, const char *name,
-		     const char *parent, bool mac)
+		     const char *parent, bool mac, unsigned int flags)
 {
 	char pp[PATH_MAX];
 	struct faultd_checkpoint_opts o = { .size = sizeof(o),
+					    .flags = flags,
 					    .key_file = mac ? key_file() : NULL };
 	int ret;
 
 	if (parent) {
 		snprintf(pp, sizeof(pp), "%s", scratch_path(parent));
-		o.flags = FAULTD_CKPT_INCREMENTAL;
+		o.flags |= FAULTD_CKPT_INCREMENTAL;
 		o.parent = pp;
 	}
 	ret = faultd_checkpoint(r, scratch_path(name), &o);
@@ -246,7 +248,7 @@ static void ckpt_mac(struct faultd_region *r, const char *name,
 static void ckpt(struct faultd_region *r, const char *name,
 		 const char *parent)
 {
-	ckpt_mac(r, name, parent, false);
+	ckpt_mac(r, name, parent, false, 0);
 }
 
 /* Append image @name, squeezed: its header, then from IMG_BLOCK on. */
@@ -273,7 +275,8 @@ static void img_flush(const char *seed)
 	img_len = 0;
 }
 
-/* The image in img[] with its header changed, under a valid header CRC. */
+/* The image in img[] with its header changed, under a valid header CRC
+ * (without IMG_MAC, no MAC fields either). */
 static void img_variant(const char *seed, uint64_t flags, const char *parent)
 {
 	static char copy[sizeof(img)];
@@ -281,6 +284,10 @@ static void img_variant(const char *seed, uint64_t flags, const char *parent)
 
 	memcpy(&h, img, sizeof(h));
 	h.flags = flags;
+	if (!(flags & IMG_MAC)) {
+		h.mac_alg = 0;
+		memset(h.header_mac, 0, sizeof(h.header_mac));
+	}
 	if (parent) {
 		snprintf(h.parent, sizeof(h.parent), "%s", parent);
 		memcpy(h.parent_id, h.id, sizeof(h.id)); /* itself */
@@ -315,10 +322,13 @@ static void full_seeds(struct faultd_ctx *ctx)
 	img_append("data");
 	img[HEAD + 100] ^= 1;
 	img_flush("bad-crc");
-	ckpt_mac(r, "mac", NULL, true);
+	ckpt_mac(r, "mac", NULL, true, 0);
 	img_append("mac");
 	img_variant("mac-stripped", 0, NULL);
 	img_flush("mac");
+	ckpt_mac(r, "mac-hmac", NULL, true, FAULTD_CKPT_HMAC);
+	img_append("mac-hmac");
+	img_flush("mac-hmac");
 	faultd_region_destroy(r);
 }
 
@@ -362,9 +372,9 @@ static void chain_seeds(struct faultd_ctx *ctx)
 	img_append("0");
 	img_append("1");
 	img_flush("chain2");
-	ckpt_mac(r, "1", NULL, true);
+	ckpt_mac(r, "1", NULL, true, FAULTD_CKPT_HMAC); /* HMAC under GMAC */
 	memset(p + IMG_BLOCK, 0, PAGE);
-	ckpt_mac(r, "0", "1", true);
+	ckpt_mac(r, "0", "1", true, 0);
 	img_append("0");
 	img_append("1");
 	img_flush("chain2-mac");
