@@ -4,6 +4,9 @@
 #   make test   the same, then the whole test suite, the fault injection
 #               suite, the suites under sanitizers and the fuzzers (CI)
 #   make bench  the benchmarks, and thread sweeps plotted into $(PLOTS)
+#   make bench-scaling  the lock scenario over threads 1..nproc (and NUMA
+#               placements), a model fitted to it and projected to big
+#               hosts, CSV and figures into $(PLOTS) (scripts/)
 #   make stress MINUTES=n  a long run of the stress and load suites
 #   make numa-check  the tests and placement on a two-node NUMA guest
 #               running the Debian 12 kernel (6.1), see scripts/
@@ -17,7 +20,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 
 .PHONY: all deps build demo test check-inject check-sanitize check-fuzz \
-	bench numa-check stress clean
+	bench bench-scaling numa-check stress clean
 
 all: build
 
@@ -75,6 +78,12 @@ bench: build
 	./$(BUILD)/bench/faultd-bench sweep lock --csv $(SWEEP_OPTS) \
 		>$(PLOTS)/sweep-lock.csv
 	bench/plot -o $(PLOTS) $(PLOTS)/sweep-pf1.csv $(PLOTS)/sweep-lock.csv
+
+# Threads 1..nproc, placements where there are NUMA nodes, the model
+# checked against every point and projected (scripts/bench-scaling.sh).
+bench-scaling: build
+	@FAULTD_EXTRA_PKGS="gnuplot-nox python3" sh scripts/deps.sh
+	bash scripts/bench-scaling.sh $(BUILD) $(PLOTS)
 
 # A KVM (or TCG) guest with two NUMA nodes and the Debian 12 kernel: the
 # NUMA tests, placement sweeps and the whole suite (scripts/numa-check.sh).

@@ -51,11 +51,43 @@ struct bench_opts {
 	unsigned int handlers;	/* enum bench_handlers */
 };
 
+/* A thread's time, from the kernel's schedstat (account.c). */
+struct sched_time {
+	double cpu_ns;		/* on a CPU */
+	double runq_ns;		/* runnable, waiting on a run queue */
+	double slices;		/* times it was put on a CPU */
+};
+
+/* The roles of the threads of a scenario that accounts for its time. */
+enum bench_role {
+	ROLE_APP,		/* application threads that fault */
+	ROLE_HANDLER,		/* the handler threads of their regions */
+	ROLE_CHURN,		/* a thread that changes the map (lock) */
+	ROLE_NR,
+};
+
+/* The machine and the process over a round (account.c). */
+struct machine_time {
+	double busy_ns, idle_ns, steal_ns; /* all CPUs, from /proc/stat */
+	double proc_ns;		/* this process's CPU time */
+	double wall_ns;
+	double switches;	/* context switches, all CPUs */
+};
+
 /* What one variant produced in one round. */
 struct sample {
 	double value[BENCH_MAX_METRICS];
 	bool has_stats;		/* a faultd variant: counters below */
 	struct faultd_stats stats;
+	bool has_locks;		/* and its lock times */
+	struct lock_stats locks;
+	/* A scenario that accounts for time: per role, over a window in
+	 * which the application threads made @window_ops faults. */
+	bool has_roles;
+	struct sched_time role[ROLE_NR];
+	unsigned int role_threads[ROLE_NR];
+	double window_ops;
+	struct machine_time machine;
 	const char *skipped;	/* non-NULL: could not run, and why */
 };
 
@@ -126,6 +158,46 @@ void lat_percentiles(const struct lat_hist *h, unsigned int n,
 
 /* Counters of @ctx accumulated into @out (faultd variants). */
 void sample_ctx_stats(struct faultd_ctx *ctx, struct sample *out);
+
+/* ------------------------------------------------------------------------
+ * Time accounting (account.c)
+ */
+
+/* Thread @tid's schedstat (0: the calling thread). Returns 0 or -1. */
+int sched_read(pid_t tid, struct sched_time *t);
+/* Add b - a to @acc. */
+void sched_since(struct sched_time *acc, const struct sched_time *a,
+		 const struct sched_time *b);
+void machine_read(struct machine_time *m);
+void machine_since(struct machine_time *acc, const struct machine_time *a,
+		   const struct machine_time *b);
+/* The lock times of @ctx into @out (faultd variants). */
+void sample_ctx_locks(struct faultd_ctx *ctx, struct sample *out);
+
+/* A variant's accounts summed over rounds, then per fault. */
+struct time_acc {
+	bool valid;		/* every round had them */
+	unsigned int rounds;
+	struct sched_time role[ROLE_NR];
+	unsigned int threads[ROLE_NR];
+	double ops;
+	struct machine_time m;
+};
+
+struct time_summary {
+	double faults;		/* in the measured windows */
+	double wall_us;		/* per fault of one application thread */
+	double cpu_us[ROLE_NR], runq_us[ROLE_NR], slices[ROLE_NR];
+	unsigned int threads[ROLE_NR];
+	double process_cpu_us;
+	double cpus, others_cpus, steal_cpus; /* over the rounds' wall time */
+	double others_burst_us;	/* others' CPU per context switch of theirs */
+};
+
+extern const char *const bench_role_names[ROLE_NR];
+
+void time_add(struct time_acc *acc, const struct sample *s);
+void time_summarize(const struct time_acc *acc, struct time_summary *t);
 
 /*
  * Make @n 2 MiB huge pages free for the rest of the run (given back at

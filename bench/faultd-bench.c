@@ -126,7 +126,7 @@ static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
 			const struct results *res, const struct ratio *q,
 			unsigned int m)
 {
-	double vals[MAX_ROUNDS];
+	double vals[MAX_ROUNDS], med;
 	unsigned int n = res->rounds;
 
 	const char *den_name = q->den == RATIO_BEST ? "best"
@@ -140,14 +140,16 @@ static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
 
 		vals[r] = den ? res->s[r + 1][q->num].value[m] / den : 0;
 	}
+	med = median(vals, n); /* sorts vals */
 	if (o->json)
 		printf("{\"scenario\":\"%s\",\"ratio\":\"%s/%s\",\"metric\":"
-		       "\"%s\",\"median\":%.4g}\n",
+		       "\"%s\",\"median\":%.4g,\"min\":%.4g,\"max\":%.4g}\n",
 		       sc->name, sc->variants[q->num], den_name,
-		       sc->metrics[m], median(vals, n));
+		       sc->metrics[m], med, vals[0], vals[n - 1]);
 	else
-		printf("  ratio %s/%s %s: %.3f\n", sc->variants[q->num],
-		       den_name, sc->metrics[m], median(vals, n));
+		printf("  ratio %s/%s %s: %.3f (rounds: min %.3f, max %.3f)\n",
+		       sc->variants[q->num], den_name, sc->metrics[m], med,
+		       vals[0], vals[n - 1]);
 }
 
 /* The library's counters for a faultd variant, summed over the rounds. */
@@ -193,9 +195,111 @@ static void print_counters(const struct scenario *sc,
 	       (unsigned long long)faultd_stats_latency(&t, 99));
 }
 
+/* Sums over the measured rounds of variant @v's accounts. */
+struct account {
+	struct time_acc t;
+	struct lock_stats locks;
+	bool locked;
+};
+
+static void account_sum(const struct results *res, unsigned int v,
+			struct account *a)
+{
+	memset(a, 0, sizeof(*a));
+	for (unsigned int r = 1; r <= res->rounds; r++) {
+		const struct sample *s = &res->s[r][v];
+
+		time_add(&a->t, s);
+		a->locked = s->has_locks;
+		lock_stats_sum(&a->locks, &s->locks);
+	}
+}
+
+static const char *const lock_names[LK_NR] = {
+	[LK_CTX_READ_WAIT] = "ctx_read_wait",
+	[LK_CTX_READ_HOLD] = "ctx_read_hold",
+	[LK_REGION_READ_HOLD] = "region_read_hold",
+	[LK_CTX_WRITE_WAIT] = "ctx_write_wait",
+	[LK_CTX_WRITE_HOLD] = "ctx_write_hold",
+	[LK_REGION_WRITE_WAIT] = "region_write_wait",
+	[LK_REGION_WRITE_HOLD] = "region_write_hold",
+};
+
+/*
+ * Where the time of variant @v went, per fault (µs): the wall time per
+ * fault of one application thread, and per role its threads' CPU and
+ * run-queue time; the machine's load beside this process.
+ */
+static void print_time(const struct scenario *sc, const struct bench_opts *o,
+		       const struct account *a, unsigned int v)
+{
+	struct time_summary t;
+
+	time_summarize(&a->t, &t);
+	printf(o->json ? "{\"scenario\":\"%s\",\"variant\":\"%s\",\"time\":"
+			 "{\"faults\":%.0f,\"wall_us\":%.4g"
+		       : "  %s/%s time per fault, us: faults %.0f, wall %.4g"
+			 " per thread",
+	       sc->name, sc->variants[v], t.faults, t.wall_us);
+	for (unsigned int i = 0; i < ROLE_NR; i++) {
+		const char *r = bench_role_names[i];
+
+		if (!t.threads[i])
+			continue;
+		if (o->json)
+			printf(",\"%s_threads\":%u,\"%s_cpu_us\":%.4g,"
+			       "\"%s_runq_us\":%.4g,\"%s_slices\":%.4g",
+			       r, t.threads[i], r, t.cpu_us[i], r,
+			       t.runq_us[i], r, t.slices[i]);
+		else
+			printf("; %s (%u) cpu %.4g runq %.4g slices %.3g", r,
+			       t.threads[i], t.cpu_us[i], t.runq_us[i],
+			       t.slices[i]);
+	}
+	printf(o->json ? ",\"process_cpu_us\":%.4g,\"cpus\":%.3g,"
+			 "\"others_cpus\":%.3g,\"steal_cpus\":%.3g,"
+			 "\"others_burst_us\":%.4g}}\n"
+		       : "; process cpu %.4g; machine: %.3g CPUs, others "
+			 "busy %.3g, steal %.3g, others' bursts %.3g us\n",
+	       t.process_cpu_us, t.cpus, t.others_cpus, t.steal_cpus,
+	       t.others_burst_us);
+}
+
+/* The lock times of variant @v: per kind, count, mean, percentiles (ns). */
+static void print_locks(const struct scenario *sc, const struct bench_opts *o,
+			const struct account *a, unsigned int v)
+{
+	bool first = true;
+
+	printf(o->json ? "{\"scenario\":\"%s\",\"variant\":\"%s\",\"locks\":{"
+		       : "  %s/%s locks, ns (n mean p10 p50 p90 p99):",
+	       sc->name, sc->variants[v]);
+	for (unsigned int i = 0; i < LK_NR; i++) {
+		const struct lock_hist *h = &a->locks.h[i];
+		double mean = h->n ? (double)h->ns / (double)h->n : 0;
+
+		if (!h->n)
+			continue;
+		printf(o->json ? "%s\"%s\":{\"n\":%llu,\"mean\":%.4g,"
+				 "\"p10\":%llu,\"p50\":%llu,\"p90\":%llu,"
+				 "\"p99\":%llu}"
+			       : "%s %s %llu %.4g %llu %llu %llu %llu",
+		       first ? "" : (o->json ? "," : ";"), lock_names[i],
+		       (unsigned long long)h->n, mean,
+		       (unsigned long long)hist_percentile(h->b, 10),
+		       (unsigned long long)hist_percentile(h->b, 50),
+		       (unsigned long long)hist_percentile(h->b, 90),
+		       (unsigned long long)hist_percentile(h->b, 99));
+		first = false;
+	}
+	printf(o->json ? "},\"sample\":%u}\n" : " (fault path: 1 in %u)\n",
+	       LOCK_SAMPLE);
+}
+
 static int report(const struct scenario *sc, const struct bench_opts *o,
 		  const struct results *res)
 {
+	struct account acc;
 	int skipped = 0;
 
 	if (!o->json)
@@ -217,6 +321,11 @@ static int report(const struct scenario *sc, const struct bench_opts *o,
 			print_metric(sc, o, res, v, m);
 		if (res->s[1][v].has_stats)
 			print_counters(sc, o, res, v);
+		account_sum(res, v, &acc);
+		if (acc.t.valid)
+			print_time(sc, o, &acc, v);
+		if (acc.locked)
+			print_locks(sc, o, &acc, v);
 	}
 	for (unsigned int q = 0; q < sc->nratios; q++) {
 		const struct ratio *r = &sc->ratios[q];

@@ -48,6 +48,8 @@ struct sweep {
 struct point {
 	double vals[MAX_ROUNDS];
 	double median, lo, hi, per_thread, scal;
+	double others[BENCH_MAX_METRICS][MAX_ROUNDS]; /* metrics 1.. */
+	struct time_acc time;	/* where the time went (lock) */
 	const char *skipped;
 	struct where where;
 };
@@ -221,8 +223,18 @@ static void run_variant(const struct sweep *s, const struct bench_opts *o,
 	}
 	where_get(&w);
 	where_merge(&pt->where, &w);
-	if (r > 0)
-		pt->vals[r - 1] = smp.value[0];
+	if (r == 0)
+		return;
+	pt->vals[r - 1] = smp.value[0];
+	for (unsigned int m = 1; m < s->sc->nmetrics; m++)
+		pt->others[m][r - 1] = smp.value[m];
+	time_add(&pt->time, &smp);
+}
+
+static double median_of(double *v, unsigned int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void summarize(const struct sweep *s, unsigned int n, bool first,
@@ -236,10 +248,7 @@ static void summarize(const struct sweep *s, unsigned int n, bool first,
 		pt->lo = fmin(pt->lo, pt->vals[r]);
 		pt->hi = fmax(pt->hi, pt->vals[r]);
 	}
-	qsort(pt->vals, rounds, sizeof(double), cmp_double);
-	pt->median = rounds % 2 ? pt->vals[rounds / 2]
-				: (pt->vals[rounds / 2 - 1] +
-				   pt->vals[rounds / 2]) / 2;
+	pt->median = median_of(pt->vals, rounds);
 	pt->per_thread = pt->median / n;
 	if (first)
 		*base = pt->per_thread;
@@ -294,18 +303,46 @@ static void print_json(const struct sweep *s, unsigned int n, unsigned int v,
 #define CSV_HEADER                                                           \
 	"scenario,variant,metric,threads,median,min,max,rounds,per_thread,"  \
 	"scalability,place,handlers,numa_nodes,app_cpus,app_nodes,"          \
-	"handler_cpus,handler_nodes,mem_policy,page_nodes,note,skipped\n"
+	"handler_cpus,handler_nodes,mem_policy,page_nodes,note,skipped,"     \
+	"metrics,others_cpus,steal_cpus,others_burst_us,app_cpu_us,"         \
+	"app_runq_us,handler_cpu_us,handler_runq_us,churn_cpu_us,"           \
+	"churn_runq_us\n"
+
+/*
+ * The scenario's other metrics ("name=median;..."), and where the time
+ * went for the scenarios that account for it (empty columns otherwise).
+ */
+static void print_csv_tail(const struct sweep *s, struct point *pt)
+{
+	struct time_summary t;
+
+	printf("\"");
+	for (unsigned int m = 1; m < s->sc->nmetrics; m++)
+		printf("%s%s=%.6g", m > 1 ? ";" : "", s->sc->metrics[m],
+		       median_of(pt->others[m], s->o.rounds));
+	printf("\"");
+	if (!pt->time.valid) {
+		printf(",,,,,,,,,\n");
+		return;
+	}
+	time_summarize(&pt->time, &t);
+	printf(",%.3g,%.3g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g\n",
+	       t.others_cpus, t.steal_cpus, t.others_burst_us,
+	       t.cpu_us[ROLE_APP], t.runq_us[ROLE_APP],
+	       t.cpu_us[ROLE_HANDLER], t.runq_us[ROLE_HANDLER],
+	       t.cpu_us[ROLE_CHURN], t.runq_us[ROLE_CHURN]);
+}
 
 static void print_csv(const struct sweep *s, unsigned int n, unsigned int v,
-		      const struct point *pt, bool rate)
+		      struct point *pt, bool rate)
 {
 	struct where_text t;
 
 	printf("%s,%s,%s,%u,", s->sc->name, s->sc->variants[v],
 	       s->sc->metrics[0], n);
 	if (pt->skipped) {
-		printf(",,,%u,,,%s,%s,%u,,,,,,,\"%s\",\"%s\"\n", s->o.rounds,
-		       place_name(s->o.place),
+		printf(",,,%u,,,%s,%s,%u,,,,,,,\"%s\",\"%s\",,,,,,,,,,\n",
+		       s->o.rounds, place_name(s->o.place),
 		       place_handlers_name(s->o.handlers), place_nodes(),
 		       note_or(s, ""), pt->skipped);
 		return;
@@ -320,10 +357,11 @@ static void print_csv(const struct sweep *s, unsigned int n, unsigned int v,
 		printf("%.4g,", pt->scal);
 	else
 		printf(",");
-	printf("%s,%s,%u,\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\n",
+	printf("%s,%s,%u,\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",,",
 	       place_name(s->o.place), place_handlers_name(s->o.handlers),
 	       place_nodes(), t.app_cpus, t.app_nodes, t.handler_cpus,
 	       t.handler_nodes, t.policy, t.page_nodes, note_or(s, ""));
+	print_csv_tail(s, pt);
 }
 
 static void print_row(const struct sweep *s, unsigned int n, unsigned int v,

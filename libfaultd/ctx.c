@@ -80,14 +80,22 @@ void map_read_unlock(struct faultd_ctx *ctx)
 	pthread_rwlock_unlock(&ctx->map_lock);
 }
 
+/* Every write-lock is timed (struct lock_stats): writers change the map,
+ * which costs system calls; two clock reads are nothing beside them. */
 void map_write_lock(struct faultd_ctx *ctx)
 {
+	uint64_t asked = now_ns();
+
 	pthread_rwlock_wrlock(&ctx->map_lock);
+	ctx->write_since = now_ns();
+	lock_record(&ctx->wlocks, LK_CTX_WRITE_WAIT, ctx->write_since - asked);
 	tls_locked_ctx = ctx;
 }
 
 void map_write_unlock(struct faultd_ctx *ctx)
 {
+	lock_record(&ctx->wlocks, LK_CTX_WRITE_HOLD,
+		    now_ns() - ctx->write_since);
 	tls_locked_ctx = NULL;
 	pthread_rwlock_unlock(&ctx->map_lock);
 }
@@ -257,11 +265,12 @@ void ctx_retire_stats_locked(struct faultd_ctx *ctx,
 		stat_sum(&ctx->retired, &s[i]);
 }
 
-void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
-		      unsigned int n)
+/* Fold the counters and lock times of an exited handler thread in. */
+void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h)
 {
 	pthread_mutex_lock(&ctx->stats_lock);
-	ctx_retire_stats_locked(ctx, s, n);
+	ctx_retire_stats_locked(ctx, &h->stats, 1);
+	lock_stats_sum(&ctx->locks_retired, &h->locks);
 	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
@@ -276,6 +285,23 @@ static void ctx_sum_live_locked(const struct faultd_ctx *ctx,
 	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
 		for (unsigned int i = 0; i < g->nthreads; i++)
 			stat_sum(acc, &g->handlers[i].stats);
+}
+
+/*
+ * ctx_lock_stats() - the lock times of @ctx so far (see struct
+ * lock_stats) added to @acc: the fault path's of every handler thread,
+ * live or exited, and the writers'.
+ * Context: any thread; takes stats_lock (a leaf), as faultd_ctx_stats().
+ */
+void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc)
+{
+	pthread_mutex_lock(&ctx->stats_lock);
+	lock_stats_sum(acc, &ctx->locks_retired);
+	lock_stats_sum(acc, &ctx->wlocks);
+	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
+		for (unsigned int i = 0; i < g->nthreads; i++)
+			lock_stats_sum(acc, &g->handlers[i].locks);
+	pthread_mutex_unlock(&ctx->stats_lock);
 }
 
 /*

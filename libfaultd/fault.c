@@ -857,53 +857,100 @@ static int fault_no_region(struct handler *h, uintptr_t addr)
 	return 0;
 }
 
+/* Is this fault of @h one whose locks are timed (one in LOCK_SAMPLE)? */
+static bool lock_timed(struct handler *h)
+{
+	return !(h->lock_tick++ & (LOCK_SAMPLE - 1));
+}
+
+/* Record into @h's lock stats the time since @since, if it was taken. */
+static void lock_since(struct handler *h, enum lock_item i, uint64_t since)
+{
+	if (since)
+		lock_record(&h->locks, i, now_ns() - since);
+}
+
+/*
+ * fault_fast() - the fault under its region's lock alone. Returns as
+ * handle_region_fault(), or FAULTD_RETRY with *why set when the lock-free
+ * lookup failed. @timed: time the region lock's hold.
+ */
+static int fault_fast(struct fault *f, enum stat_item *why, bool timed)
+{
+	uint64_t held;
+	int ret;
+
+	f->r = lock_region_under_rcu(f->h, f->req->addr, why);
+	if (!f->r)
+		return FAULTD_RETRY;
+	held = timed ? now_ns() : 0;
+	fault_setup(f, f->req->addr);
+	ret = handle_region_fault(f);
+	fault_account(f, ret);
+	region_read_unlock(f->r);
+	lock_since(f->h, LK_REGION_READ_HOLD, held);
+	fd_assert_internal(ret != FAULTD_RETRY || f->kind == ST_NR);
+	return ret;
+}
+
+/*
+ * fault_locked() - the fault under the context lock held for reading. A
+ * miss or an abort of the lock-free lookup (@why) is counted here, once
+ * the lock is held: in the region then found at the address (whose
+ * counters cannot be retired meanwhile, as they could while the region
+ * was being destroyed under the failed try-lock), or in the handler's
+ * own, the context's, when there is none. @timed: time the lock's wait
+ * and hold.
+ */
+static int fault_locked(struct fault *f, enum stat_item why, bool timed)
+{
+	struct handler *h = f->h;
+	struct faultd_ctx *ctx = h->group->ctx;
+	uint64_t asked = timed ? now_ns() : 0, held = 0;
+	int ret;
+
+	map_read_lock(ctx);
+	if (asked) {
+		held = now_ns();
+		lock_record(&h->locks, LK_CTX_READ_WAIT, held - asked);
+	}
+	f->r = handler_lookup(h, f->req->addr);
+	if (!f->r) {
+		map_read_unlock(ctx);
+		lock_since(h, LK_CTX_READ_HOLD, held);
+		if (why != ST_NR)
+			stat_inc(&h->stats, why);
+		return fault_no_region(h, f->req->addr);
+	}
+	f->flags |= FAULT_LOCKED;
+	fault_setup(f, f->req->addr);
+	if (why != ST_NR)
+		stat_inc(f->st, why);
+	ret = handle_region_fault(f);
+	fault_account(f, ret);
+	map_read_unlock(ctx);
+	lock_since(h, LK_CTX_READ_HOLD, held);
+	return ret;
+}
+
 /*
  * fault_handle() - handle one page-fault message.
  * Returns 0, or FAULTD_PARK when the fault must be retried after the
  * pending events have been read.
  * Context: a handler thread, registered with RCU, holding no lock.
- *
- * A miss or an abort of the lock-free lookup is counted once the context
- * lock is held: in the region then found at the address (whose counters
- * cannot be retired meanwhile, as they could while the region was being
- * destroyed under the failed try-lock), or in the handler's own, the
- * context's, when there is none.
  */
 int fault_handle(struct handler *h, struct fault_req *req)
 {
-	struct faultd_ctx *ctx = h->group->ctx;
 	struct fault f = { .h = h, .req = req, .msg_flags = req->flags,
 			   .kind = ST_NR };
 	enum stat_item why = ST_NR;
+	bool timed = lock_timed(h);
 	int ret;
 
-	if (ctx->lock_mode == FAULTD_LOCK_GLOBAL)
-		goto lock_ctx;
-	f.r = lock_region_under_rcu(h, req->addr, &why);
-	if (!f.r)
-		goto lock_ctx;
-	fault_setup(&f, req->addr);
-	ret = handle_region_fault(&f);
-	fault_account(&f, ret);
-	region_read_unlock(f.r);
-	if (ret != FAULTD_RETRY)
-		return ret;
-	fd_assert_internal(f.kind == ST_NR); /* retried before resolving */
-lock_ctx:
-	map_read_lock(ctx);
-	f.r = handler_lookup(h, req->addr);
-	if (!f.r) {
-		map_read_unlock(ctx);
-		if (why != ST_NR)
-			stat_inc(&h->stats, why);
-		return fault_no_region(h, req->addr);
+	if (h->group->ctx->lock_mode != FAULTD_LOCK_GLOBAL) {
+		ret = fault_fast(&f, &why, timed);
+		if (ret != FAULTD_RETRY)
+			return ret;
 	}
-	f.flags |= FAULT_LOCKED;
-	fault_setup(&f, req->addr);
-	if (why != ST_NR)
-		stat_inc(f.st, why);
-	ret = handle_region_fault(&f);
-	fault_account(&f, ret);
-	map_read_unlock(ctx);
-	return ret;
+	return fault_locked(&f, why, timed);
 }

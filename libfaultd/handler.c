@@ -139,6 +139,7 @@ static void *handler_main(void *arg)
 	struct handler *h = arg;
 
 	tls_handler = h;
+	atomic_store_explicit(&h->tid, gettid(), memory_order_relaxed);
 	urcu_bp_register_thread();
 	handler_loop(h);
 	tls_handler = NULL;
@@ -332,7 +333,7 @@ void group_free(struct faultd_group *g)
 		struct handler *h = &g->handlers[i];
 
 		if (h->started)
-			ctx_retire_stats(g->ctx, &h->stats, 1);
+			ctx_retire_handler(g->ctx, h);
 		if (h->staging)
 			munmap(h->staging, h->staging_len);
 	}

@@ -119,6 +119,50 @@ void stat_latency(struct stat_block *s, uint64_t ns);
 void stat_latency_shared(struct stat_block *s, uint64_t ns);
 void stat_sum(struct stat_block *acc, const struct stat_block *s);
 void stat_export(struct faultd_stats *out, const struct stat_block *s);
+uint64_t hist_percentile(const uint64_t *hist, double pct);
+
+/*
+ * Lock waits and holds, as histograms of ns (the buckets of latency[]),
+ * with their count and sum. What they time:
+ *  - the fault path's: the context lock read-locked by a fault (its wait,
+ *    and its hold: the whole locked resolution), and the region lock held
+ *    by a fast-path fault (taken with a try-lock: no wait). Sampled: one
+ *    fault in LOCK_SAMPLE of each handler thread is timed, which costs a
+ *    counter and a branch per fault and three clock reads per sample;
+ *  - the writers': every write-lock of the context lock (wait and hold),
+ *    and the region write-locks of destroy and resize (wait: for the faults
+ *    in the region to drain). Timed under the context lock held for
+ *    writing, so one writer at a time counts into the context's block.
+ * Not timed: the context lock's other readers (stats, prefetch, dirty
+ * tracking), and the region lock of discards, clones and collections.
+ */
+enum lock_item {
+	LK_CTX_READ_WAIT,
+	LK_CTX_READ_HOLD,
+	LK_REGION_READ_HOLD,
+	LK_CTX_WRITE_WAIT,
+	LK_CTX_WRITE_HOLD,
+	LK_REGION_WRITE_WAIT,
+	LK_REGION_WRITE_HOLD,
+	LK_NR,
+};
+
+#define LOCK_SAMPLE 16u /* a power of two */
+
+struct lock_hist {
+	uint64_t n;	/* timed acquisitions */
+	uint64_t ns;	/* their sum */
+	uint64_t b[FAULTD_HIST_BUCKETS];
+};
+
+/* One writer (a handler thread; or writers under map_lock held for
+ * writing); read with relaxed loads, like struct stat_block. */
+struct lock_stats {
+	struct lock_hist h[LK_NR];
+} __attribute__((aligned(CACHELINE)));
+
+void lock_record(struct lock_stats *s, enum lock_item i, uint64_t ns);
+void lock_stats_sum(struct lock_stats *acc, const struct lock_stats *s);
 
 /* ------------------------------------------------------------------------
  * clear.c - range clears.
@@ -163,6 +207,11 @@ struct faultd_ctx {
 	 * held (inside map_lock) to change the lists above. A leaf. */
 	pthread_mutex_t stats_lock;
 	struct stat_block retired;
+	struct lock_stats locks_retired; /* of exited handler threads */
+
+	/* The writers' lock times: changed under map_lock (write). */
+	struct lock_stats wlocks;
+	uint64_t write_since;	/* when map_lock was write-locked */
 
 	/* A page of zeros, never written: the source of zero-fill copies. */
 	void *zero_page;
@@ -186,10 +235,11 @@ void map_read_lock(struct faultd_ctx *ctx);
 void map_read_unlock(struct faultd_ctx *ctx);
 void map_write_lock(struct faultd_ctx *ctx);
 void map_write_unlock(struct faultd_ctx *ctx);
-void ctx_retire_stats(struct faultd_ctx *ctx, const struct stat_block *s,
-		      unsigned int n);
+struct handler;
+void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
 void ctx_retire_stats_locked(struct faultd_ctx *ctx,
 			     const struct stat_block *s, unsigned int n);
+void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
 int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
 		 const char *name);
 
@@ -391,6 +441,8 @@ static inline bool region_contains(const struct faultd_region *r,
 }
 
 bool region_read_trylock(struct faultd_region *r);
+uint64_t region_write_lock_locked(struct faultd_region *r);
+void region_write_unlock_locked(struct faultd_region *r, uint64_t since);
 
 /* mem.c - the OS layer of regions (see there for the lock rules). */
 int mem_reserve(void *addr, size_t len, size_t align, uintptr_t *base);
@@ -821,6 +873,10 @@ struct handler {
 	size_t staging_len;
 	/* Faults of no region, events, and misses are counted here. */
 	struct stat_block stats;
+	/* The fault path's lock times, and which fault is timed next. */
+	struct lock_stats locks;
+	unsigned int lock_tick;
+	_Atomic pid_t tid;	/* the thread's id, once it runs; for tools */
 	struct ureader rd;	/* its parked faults and message buffer */
 } __attribute__((aligned(CACHELINE)));
 

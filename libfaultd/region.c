@@ -35,6 +35,28 @@ void region_read_unlock(struct faultd_region *r)
 	pthread_rwlock_unlock(&r->lock);
 }
 
+/*
+ * region_write_lock_locked() - write-lock @r for a destroy or a resize,
+ * timed (struct lock_stats): the wait is the drain of the faults being
+ * resolved in it. Returns when it was taken, for the unlock.
+ * Context: map_lock held for writing.
+ */
+uint64_t region_write_lock_locked(struct faultd_region *r)
+{
+	uint64_t asked = now_ns(), held;
+
+	pthread_rwlock_wrlock(&r->lock);
+	held = now_ns();
+	lock_record(&r->ctx->wlocks, LK_REGION_WRITE_WAIT, held - asked);
+	return held;
+}
+
+void region_write_unlock_locked(struct faultd_region *r, uint64_t since)
+{
+	lock_record(&r->ctx->wlocks, LK_REGION_WRITE_HOLD, now_ns() - since);
+	pthread_rwlock_unlock(&r->lock);
+}
+
 static bool aligned(uint64_t v, size_t a)
 {
 	return (v & (a - 1)) == 0;
@@ -557,8 +579,8 @@ FAULTD_EXPORT int faultd_region_create(struct faultd_ctx *ctx,
 static struct region_map *region_kill_locked(struct faultd_region *r)
 {
 	struct region_map *old = map_remove_locked(r->ctx, r);
+	uint64_t held = region_write_lock_locked(r);
 
-	pthread_rwlock_wrlock(&r->lock);
 	r->dead = true;
 	sigbus_remove(r);
 	/*
@@ -567,7 +589,7 @@ static struct region_map *region_kill_locked(struct faultd_region *r)
 	 * kernel would fill the page with zeros.
 	 */
 	mem_unmap(r);
-	pthread_rwlock_unlock(&r->lock);
+	region_write_unlock_locked(r, held);
 	region_unlink_locked(r);
 	return old;
 }
@@ -659,6 +681,7 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 {
 	struct faultd_ctx *ctx;
 	size_t old_len;
+	uint64_t held;
 	int ret;
 
 	if (!r || !len || !aligned(len, r->page_size))
@@ -667,7 +690,7 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 	if (in_handler_of(ctx))
 		return -EDEADLK;
 	map_write_lock(ctx);
-	pthread_rwlock_wrlock(&r->lock);
+	held = region_write_lock_locked(r);
 	old_len = atomic_load(&r->len);
 	if (r->snaps || r->cow)
 		ret = -EBUSY; /* clones read the parent as it was */
@@ -675,7 +698,7 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 		ret = -EOPNOTSUPP; /* frozen; or known to the SIGBUS table */
 	else
 		ret = region_resize_locked(r, old_len, len);
-	pthread_rwlock_unlock(&r->lock);
+	region_write_unlock_locked(r, held);
 	map_write_unlock(ctx);
 	/* Threads asleep on a fault in the cut tail get SIGSEGV. */
 	if (!ret && len < old_len)

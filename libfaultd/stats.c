@@ -6,7 +6,8 @@
  * hot path increments its own cache line with no atomic read-modify-write
  * and no counter shared between threads or regions. Readers sum the blocks.
  * The latency histogram has FAULTD_HIST_SUB buckets per power of two of
- * nanoseconds, so p50/p99 are good to about 20%.
+ * nanoseconds, so p50/p99 are good to about 20%. Lock waits and holds
+ * (struct lock_stats) use the same buckets.
  */
 #include <errno.h>
 #include <string.h>
@@ -96,32 +97,60 @@ void stat_export(struct faultd_stats *out, const struct stat_block *s)
 	memcpy(out, &full, n);
 }
 
-FAULTD_EXPORT uint64_t faultd_stats_latency(const struct faultd_stats *s,
-					    double pct)
+/* The value at percentile @pct (0..100) of histogram @hist; 0 if empty. */
+uint64_t hist_percentile(const uint64_t *hist, double pct)
 {
 	uint64_t total = 0, seen = 0, target;
 
-	/* Older callers' structs end after latency[]: that is enough. */
-	if (!s || s->size < offsetof(struct faultd_stats, latency) +
-				    sizeof(s->latency))
-		return 0;
 	if (!(pct >= 0)) /* also NaN */
-		pct = 0;
-	for (unsigned int i = 0; i < FAULTD_HIST_BUCKETS; i++)
-		total += s->latency[i];
-	if (!total)
-		return 0;
-	if (pct < 0)
 		pct = 0;
 	if (pct > 100)
 		pct = 100;
+	for (unsigned int i = 0; i < FAULTD_HIST_BUCKETS; i++)
+		total += hist[i];
+	if (!total)
+		return 0;
 	target = (uint64_t)(pct / 100.0 * (double)total + 0.999999);
 	if (target == 0)
 		target = 1;
 	for (unsigned int i = 0; i < FAULTD_HIST_BUCKETS; i++) {
-		seen += s->latency[i];
+		seen += hist[i];
 		if (seen >= target)
 			return hist_value(i);
 	}
 	return hist_value(FAULTD_HIST_BUCKETS - 1);
+}
+
+FAULTD_EXPORT uint64_t faultd_stats_latency(const struct faultd_stats *s,
+					    double pct)
+{
+	/* Older callers' structs end after latency[]: that is enough. */
+	if (!s || s->size < offsetof(struct faultd_stats, latency) +
+				    sizeof(s->latency))
+		return 0;
+	return hist_percentile(s->latency, pct);
+}
+
+/* Context: the block's one writer (see struct lock_stats). */
+void lock_record(struct lock_stats *s, enum lock_item i, uint64_t ns)
+{
+	struct lock_hist *h = &s->h[i];
+	unsigned int b = hist_bucket(ns);
+
+	__atomic_store_n(&h->n, h->n + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->ns, h->ns + ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->b[b], h->b[b] + 1, __ATOMIC_RELAXED);
+}
+
+void lock_stats_sum(struct lock_stats *acc, const struct lock_stats *s)
+{
+	for (unsigned int i = 0; i < LK_NR; i++) {
+		const struct lock_hist *h = &s->h[i];
+
+		acc->h[i].n += __atomic_load_n(&h->n, __ATOMIC_RELAXED);
+		acc->h[i].ns += __atomic_load_n(&h->ns, __ATOMIC_RELAXED);
+		for (unsigned int b = 0; b < FAULTD_HIST_BUCKETS; b++)
+			acc->h[i].b[b] +=
+				__atomic_load_n(&h->b[b], __ATOMIC_RELAXED);
+	}
 }

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include "helpers.h"
+#include "internal.h" /* ctx_lock_stats() */
 
 static struct faultd_ctx *make_ctx(unsigned int lock_mode,
 				   unsigned int handlers)
@@ -183,6 +184,65 @@ Test(faults, every_page_region_lock, .timeout = 120)
 Test(faults, every_page_global_lock, .timeout = 120)
 {
 	check_every_page(FAULTD_LOCK_GLOBAL);
+}
+
+/*
+ * The lock times (struct lock_stats) count what they say, exactly: one
+ * fault in LOCK_SAMPLE of a handler thread, in the lock of its mode only;
+ * every write-lock of the context lock, and the region write-locks of
+ * resize and destroy. One thread writes each page once: one fault each.
+ */
+static void check_lock_times(unsigned int lock_mode)
+{
+	struct faultd_ctx *ctx = make_ctx(lock_mode, 1);
+	struct faultd_region *r = make_region(ctx, 4 * MIB, NULL, 0);
+	const size_t pages = 4 * MIB / PAGE - 3;
+	const uint64_t sampled = (pages + LOCK_SAMPLE - 1) / LOCK_SAMPLE;
+	bool global = lock_mode == FAULTD_LOCK_GLOBAL;
+	volatile char *b = faultd_region_base(r);
+	struct lock_stats ls;
+	struct faultd_stats s = { .size = sizeof(s) };
+
+	for (size_t i = 0; i < pages; i++)
+		b[i * PAGE] = 1;
+	cr_assert_eq(faultd_region_resize(r, 2 * MIB), 0);
+	cr_assert_eq(faultd_region_destroy(r), 0);
+	cr_assert_eq(faultd_ctx_stats(ctx, &s), 0);
+	cr_assert_eq(s.faults, pages, "%llu faults",
+		     (unsigned long long)s.faults);
+	memset(&ls, 0, sizeof(ls));
+	ctx_lock_stats(ctx, &ls);
+	cr_expect_eq(ls.h[LK_REGION_READ_HOLD].n, global ? 0 : sampled);
+	cr_expect_eq(ls.h[LK_CTX_READ_WAIT].n, global ? sampled : 0);
+	cr_expect_eq(ls.h[LK_CTX_READ_HOLD].n, global ? sampled : 0);
+	/* create, resize, destroy */
+	cr_expect_eq(ls.h[LK_CTX_WRITE_WAIT].n, 3);
+	cr_expect_eq(ls.h[LK_CTX_WRITE_HOLD].n, 3);
+	/* resize, destroy */
+	cr_expect_eq(ls.h[LK_REGION_WRITE_WAIT].n, 2);
+	cr_expect_eq(ls.h[LK_REGION_WRITE_HOLD].n, 2);
+	for (unsigned int i = 0; i < LK_NR; i++) {
+		uint64_t in_buckets = 0;
+
+		for (unsigned int k = 0; k < FAULTD_HIST_BUCKETS; k++)
+			in_buckets += ls.h[i].b[k];
+		cr_expect_eq(in_buckets, ls.h[i].n, "item %u", i);
+	}
+	/* A hold spans at least a system call: never 0 ns in all. */
+	cr_expect_gt(ls.h[global ? LK_CTX_READ_HOLD : LK_REGION_READ_HOLD].ns,
+		     0);
+	cr_expect_gt(ls.h[LK_CTX_WRITE_HOLD].ns, 0);
+	faultd_ctx_destroy(ctx);
+}
+
+Test(faults, lock_times_region_lock, .timeout = 60)
+{
+	check_lock_times(FAULTD_LOCK_REGION);
+}
+
+Test(faults, lock_times_global_lock, .timeout = 60)
+{
+	check_lock_times(FAULTD_LOCK_GLOBAL);
 }
 
 Test(faults, zero_fill_reads_and_writes, .timeout = 60)
