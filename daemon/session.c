@@ -467,6 +467,8 @@ int session_run(struct session *s)
 	atomic_store(&s->stop, true);
 	workers_stop(s);
 	push_stop(s);
+	if (s->fe->ended)
+		s->fe->ended(s);
 	/* A daemon that stops leaves what nobody else can serve for the
 	 * next one; everything else ended for good. */
 	if (!daemon_stopping() || !s->kind || s->kind->takeover)

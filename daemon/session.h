@@ -128,6 +128,12 @@ struct session_fe_ops {
 	void (*tick)(struct session *s, bool all_in);
 	/* The process of @sp is gone; returns false to end the session. */
 	bool (*space_gone)(struct session *s, struct space *sp);
+	/*
+	 * The session ended: its handler and push threads are joined, so
+	 * its counters (session_view()) are final. Called once, by
+	 * session_run(), before it returns.
+	 */
+	void (*ended)(struct session *s);
 };
 
 struct session {
