@@ -21,6 +21,13 @@
  * asked for. A waking handler preempts a pusher at once.
  *
  * Locks, outer to inner:
+ *   space->ev_lock (rwlock, writers first. Write: a read() of the uffd
+ *     until its events are applied (uloop.c's read_begin/read_end). Read:
+ *     every install (copy, zeros, poison) of the space. So an install
+ *     planned before an event cannot land after the process went on past
+ *     it: the kernel lets installs through once the event is read, and a
+ *     MADV_DONTNEED zaps its pages right after. Never held across a source
+ *     read or a wait for a peer.)
  *   sessions_lock (the daemon's list of sessions; session.c)
  *     session->spaces_lock (the list of spaces: read to walk it, write to add)
  *       space->lock (rwlock. Read: translate an address and install; the
@@ -85,8 +92,9 @@ struct space {
 	size_t around;		/* fault-around window, bytes */
 	bool huge;		/* hugetlb: zeros are copied */
 
+	pthread_rwlock_t ev_lock; /* reads of events against installs */
 	pthread_rwlock_t lock;
-	uint64_t gen;		/* changes with every range change */
+	uint64_t gen;		/* changes with every event */
 	struct srange *r;	/* sorted by start, apart */
 	size_t nr, cap;
 	struct sseg *seg;	/* sorted by off, apart; fixed */

@@ -136,6 +136,17 @@ struct uport_ops {
 	/* After the faults of one read (e.g. wake a DONTWAKE batch); may
 	 * be NULL. */
 	void (*batch_end)(struct ureader *rd, struct uport *p);
+	/*
+	 * Around every read() of the port and the application of the
+	 * events it returned, by every reader, shared or not; may be NULL.
+	 * The kernel lets installs succeed again as soon as an event has
+	 * been read, and the process goes on (a MADV_DONTNEED zaps its
+	 * pages) before the event is applied: an owner whose other threads
+	 * install pages (several handlers, a push) excludes them here, so
+	 * that no install made from a plan of before the event lands after.
+	 */
+	void (*read_begin)(struct uport *p);
+	void (*read_end)(struct uport *p);
 };
 
 /*

@@ -118,6 +118,8 @@ static ssize_t read_batch(struct ureader *rd, struct uport *p)
 {
 	ssize_t n;
 
+	if (p->ops->read_begin)
+		p->ops->read_begin(p);
 	if (p->shared)
 		pthread_mutex_lock(&p->read_lock);
 	n = uffd_read_msgs(p->uffd, rd->msgs, p->batch);
@@ -126,6 +128,8 @@ static ssize_t read_batch(struct ureader *rd, struct uport *p)
 			p->ops->event(rd, p, &rd->msgs[i]);
 	if (p->shared)
 		pthread_mutex_unlock(&p->read_lock);
+	if (p->ops->read_end)
+		p->ops->read_end(p);
 	return n;
 }
 
