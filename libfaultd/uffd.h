@@ -105,6 +105,17 @@ ssize_t install_fill_tail(void *buf, ssize_t n, size_t len);
 
 #define ULOOP_BATCH 64	/* messages per read() with a single reader */
 #define ULOOP_PARK_MAX 256	/* faults a reader keeps for a retry */
+/*
+ * A parked fault is tried again no sooner than ULOOP_RETRY_MIN_NS after
+ * it parked, twice that after its second try, and so on up to
+ * ULOOP_RETRY_MAX_NS. The kernel fails installs with EAGAIN from an
+ * event's start until the thread that caused it (the one in madvise(),
+ * mremap()) runs again after the event was read, so a try right after the
+ * read fails too, and trying at every message would spin while that
+ * thread waits for a CPU - one the tries take from it.
+ */
+#define ULOOP_RETRY_MIN_NS 50000ull
+#define ULOOP_RETRY_MAX_NS 800000ull
 
 /* A page-fault message being handled, or parked for a retry. */
 struct fault_req {
@@ -167,6 +178,8 @@ struct uport {
 struct parked_fault {
 	struct uport *port;
 	struct fault_req req;
+	uint64_t due_ns;	/* not tried again before (now_ns()) */
+	unsigned int tries;	/* how often it was tried and parked */
 };
 
 /* What one thread keeps while it reads ports: its parked faults. */
