@@ -69,16 +69,27 @@ static void print_json(const struct proto_status *st)
 
 		printf("%s{\"session\":%llu,\"pid\":%d,\"done\":%s,"
 		       "\"pages_total\":%llu,\"pages_urgent\":%llu,"
-		       "\"pages_background\":%llu,\"faults\":%llu,"
-		       "\"p50_ns\":%llu,\"p99_ns\":%llu,\"age_ms\":%llu}",
+		       "\"pages_background\":%llu,\"pages_zero\":%llu,"
+		       "\"faults\":%llu,\"eexist\":%llu,\"eagain\":%llu,"
+		       "\"removes\":%llu,\"poisoned\":%llu,"
+		       "\"p50_ns\":%llu,\"p99_ns\":%llu,"
+		       "\"first_fault_ms\":%llu,\"all_in_ms\":%llu,"
+		       "\"age_ms\":%llu}",
 		       i ? "," : "", (unsigned long long)s->session, s->pid,
 		       s->done ? "true" : "false",
 		       (unsigned long long)s->pages_total,
 		       (unsigned long long)s->pages_urgent,
 		       (unsigned long long)s->pages_background,
+		       (unsigned long long)s->pages_zero,
 		       (unsigned long long)s->faults,
+		       (unsigned long long)s->eexist,
+		       (unsigned long long)s->eagain,
+		       (unsigned long long)s->removes,
+		       (unsigned long long)s->poisoned,
 		       (unsigned long long)s->p50_ns,
 		       (unsigned long long)s->p99_ns,
+		       (unsigned long long)s->first_fault_ms,
+		       (unsigned long long)s->all_in_ms,
 		       (unsigned long long)s->age_ms);
 	}
 	printf("]}\n");
