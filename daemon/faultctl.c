@@ -74,7 +74,7 @@ static void print_json(const struct proto_status *st)
 		       "\"removes\":%llu,\"poisoned\":%llu,"
 		       "\"p50_ns\":%llu,\"p99_ns\":%llu,"
 		       "\"first_fault_ms\":%llu,\"all_in_ms\":%llu,"
-		       "\"age_ms\":%llu}",
+		       "\"kept\":%s,\"age_ms\":%llu}",
 		       i ? "," : "", (unsigned long long)s->session, s->pid,
 		       s->done ? "true" : "false",
 		       (unsigned long long)s->pages_total,
@@ -90,6 +90,7 @@ static void print_json(const struct proto_status *st)
 		       (unsigned long long)s->p99_ns,
 		       (unsigned long long)s->first_fault_ms,
 		       (unsigned long long)s->all_in_ms,
+		       s->kept ? "true" : "false",
 		       (unsigned long long)s->age_ms);
 	}
 	printf("]}\n");

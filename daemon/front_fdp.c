@@ -371,6 +371,7 @@ void fdp_status(int sock, uid_t uid)
 			.poisoned = v[i].poisoned,
 			.first_fault_ms = v[i].first_fault_ms,
 			.all_in_ms = v[i].all_in_ms,
+			.kept = v[i].kept,
 		};
 	proto_init(&st->h, MSG_STATUS, sizeof(*st) + n * sizeof(st->s[0]));
 	st->nr_sessions = (uint32_t)n;

@@ -580,7 +580,7 @@ void session_view(struct session *s, struct session_view *v)
 	uint64_t all_in = atomic_load(&s->all_in_ns);
 
 	*v = (struct session_view){ .id = s->id, .pid = s->pid, .uid = s->uid,
-				    .all_in = all_in != 0 };
+				    .all_in = all_in != 0, .kept = s->kept };
 	pthread_rwlock_rdlock(&s->spaces_lock);
 	for (struct space *sp = s->spaces; sp; sp = sp->next, v->spaces++)
 		view_add_space(v, sp, &lat);

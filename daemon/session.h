@@ -154,7 +154,7 @@ struct session {
 	bool close_peer;	/* peer_fd is the session's to close */
 	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
 	int record_fd;		/* its record (persist.c); -1: none yet */
-	bool kept;		/* its entry has been put */
+	atomic_bool kept;	/* its entry has been put */
 	int peer_fd;		/* polled for the front end; -1: none */
 	uid_t uid;		/* the peer's, for faultctl */
 	pid_t pid;		/* the peer's */
@@ -239,6 +239,7 @@ struct session_view {
 	uid_t uid;
 	unsigned int spaces;
 	bool all_in;
+	bool kept;		/* a restarted daemon would adopt it */
 	uint64_t pages_total, pages_urgent, pages_background, pages_zero;
 	uint64_t faults, eexist, eagain, removes, poisoned;
 	uint64_t p50_ns, p99_ns;

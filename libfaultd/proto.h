@@ -140,6 +140,8 @@ struct proto_session {
 	uint64_t poisoned;	/* pages that get SIGBUS: bad content */
 	uint64_t first_fault_ms; /* from the session's start; 0: none yet */
 	uint64_t all_in_ms;	/* every page in, from its start; 0: not yet */
+	uint32_t kept;		/* kept outside the daemon: a restart adopts it */
+	uint32_t reserved;
 };
 
 #define PROTO_MAX_SESSIONS                                                     \
