@@ -54,7 +54,7 @@ static int status_get(struct proto_status *st)
 
 static double pct(const struct proto_session *s)
 {
-	uint64_t in = s->pages_urgent + s->pages_background;
+	uint64_t in = s->pages_urgent + s->pages_background + s->pages_zero;
 
 	return s->pages_total ? 100.0 * (double)in / (double)s->pages_total
 			      : 100.0;
@@ -119,13 +119,16 @@ static void print_text(const struct proto_status *st, bool bars)
 		if (bars)
 			print_bar(pct(s));
 		printf(" %5.1f%%  %llu/%llu pages (urgent %llu, background "
-		       "%llu), %llu faults, p50 %.1f us, p99 %.1f us\n",
+		       "%llu, zero %llu), %llu faults, p50 %.1f us, p99 %.1f "
+		       "us\n",
 		       pct(s),
 		       (unsigned long long)(s->pages_urgent +
-					    s->pages_background),
+					    s->pages_background +
+					    s->pages_zero),
 		       (unsigned long long)s->pages_total,
 		       (unsigned long long)s->pages_urgent,
 		       (unsigned long long)s->pages_background,
+		       (unsigned long long)s->pages_zero,
 		       (unsigned long long)s->faults, (double)s->p50_ns / 1e3,
 		       (double)s->p99_ns / 1e3);
 	}

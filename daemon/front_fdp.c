@@ -358,8 +358,7 @@ void fdp_status(int sock, uid_t uid)
 			.done = v[i].all_in,
 			.pages_total = v[i].pages_total,
 			.pages_urgent = v[i].pages_urgent,
-			.pages_background = v[i].pages_background +
-					    v[i].pages_zero,
+			.pages_background = v[i].pages_background,
 			.faults = v[i].faults,
 			.p50_ns = v[i].p50_ns,
 			.p99_ns = v[i].p99_ns,

@@ -133,7 +133,7 @@ struct proto_session {
 	uint64_t p50_ns;
 	uint64_t p99_ns;
 	uint64_t age_ms;
-	uint64_t pages_zero;	/* of those in: resolved as zeros */
+	uint64_t pages_zero;	/* in as zeros; urgent and background: data */
 	uint64_t eexist;	/* installs that found the page in */
 	uint64_t eagain;	/* tries of faults that waited for an event */
 	uint64_t removes;	/* REMOVE and UNMAP events */
