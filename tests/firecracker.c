@@ -143,6 +143,24 @@ Test(serve, two_vms)
 	fcd_fini(&d);
 }
 
+/*
+ * Daemons one after the other on one socket, each started as soon as the
+ * one before exited: each finds the keeper the one before told BYE gone,
+ * or going, and starts another.
+ */
+Test(serve, back_to_back)
+{
+	struct fcd d;
+
+	fcd_init(&d, "4M", "4k");
+	for (int i = 0; i < 20; i++) {
+		fcd_start(&d, NULL);
+		one_vm(&d, NULL);
+		daemon_done(&d);
+	}
+	fcd_fini(&d);
+}
+
 /* ------------------------------------------------------------------------
  * The balloon: pages discarded (REMOVE) read zeros from then on.
  */
