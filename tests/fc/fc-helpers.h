@@ -93,14 +93,11 @@ static inline int fc_run(char *const *argv)
 
 /*
  * A directory for the test (readable by others: a test may run a client
- * as another user) and a memory file of @size ("64M") written in
- * @chunk-sized runs ("4k", "2M"). A daemon is started by fcd_start().
+ * as another user), d->mem not written yet. A daemon is started by
+ * fcd_start().
  */
-static inline void fcd_init(struct fcd *d, const char *size, const char *chunk)
+static inline void fcd_dir(struct fcd *d)
 {
-	char *argv[] = { (char *)fc_env("FC_MEMGEN"), d->mem, (char *)size,
-			 "--seed", "7", "--chunk", (char *)chunk, NULL };
-
 	memset(d, 0, sizeof(*d));
 	strcpy(d->dir, "/tmp/faultd-fc-XXXXXX");
 	cr_assert(mkdtemp(d->dir));
@@ -112,6 +109,15 @@ static inline void fcd_init(struct fcd *d, const char *size, const char *chunk)
 	snprintf(d->notify, sizeof(d->notify), "%s/notify", d->dir);
 	d->notify_fd = -1;
 	d->out = -1;
+}
+
+/* fcd_dir() and a memory file of @size ("64M") in @chunk runs ("4k"). */
+static inline void fcd_init(struct fcd *d, const char *size, const char *chunk)
+{
+	char *argv[] = { (char *)fc_env("FC_MEMGEN"), d->mem, (char *)size,
+			 "--seed", "7", "--chunk", (char *)chunk, NULL };
+
+	fcd_dir(d);
 	cr_assert_eq(fc_run(argv), 0, "fc-memgen failed");
 	chmod(d->mem, 0644);
 }
