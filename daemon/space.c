@@ -592,12 +592,8 @@ static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 	if (res->gone && !atomic_load(&sp->s->settled))
 		in = 0;
 
-	for (uint64_t o = 0; o < in; o += sp->page_size) {
-		uint64_t bit;
-
-		if (seg_bit(sp, pl->src + (a + o - pl->start), &bit))
-			page_done(sp, bit);
-	}
+	/* Counted before they are done: the last page done makes the front
+	 * end report (DONE), with every page in its counts. */
 	if (res->done)
 		atomic_fetch_add(pl->zero ? &sp->st.zero
 				 : background ? &sp->st.background
@@ -605,6 +601,12 @@ static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 				 res->done / sp->page_size);
 	if (res->present)
 		atomic_fetch_add(&sp->st.eexist, res->present / sp->page_size);
+	for (uint64_t o = 0; o < in; o += sp->page_size) {
+		uint64_t bit;
+
+		if (seg_bit(sp, pl->src + (a + o - pl->start), &bit))
+			page_done(sp, bit);
+	}
 	if (res->end == UFFD_GONE && res->err == -ESRCH)
 		space_mark_gone(sp);
 	/* Gone: the range or the process; nothing is left to do there. */
