@@ -93,6 +93,7 @@ extern const struct scenario scenario_dirty;
 extern const struct scenario scenario_file;
 extern const struct scenario scenario_restore;
 extern const struct scenario scenario_criu;
+extern const struct scenario scenario_firecracker;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

@@ -40,6 +40,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_file,
 	&scenario_restore,
 	&scenario_criu,
+	&scenario_firecracker,
 };
 
 #define MAX_ROUNDS 64
