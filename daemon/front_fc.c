@@ -148,6 +148,7 @@ static bool vm_peer_input(struct session *s)
 	return true;
 }
 
+/* Firecracker exited: its VM's session is over. */
 static bool vm_gone(struct session *s, struct space *sp)
 {
 	return false;
@@ -175,9 +176,9 @@ static void vm_ended(struct session *s)
 	pthread_mutex_lock(&vms_lock);
 	view_add(&total, &v);
 	pthread_mutex_unlock(&vms_lock);
-	dlog(1, "%s ends: %" PRIu64 " faults, %" PRIu64 " pages in for "
-		"them, %" PRIu64 " pushed, %" PRIu64 " zero, %" PRIu64
-		" REMOVE events", s->o.name, v.faults, v.pages_urgent,
+	dlog(1, "%s: %" PRIu64 " faults, %" PRIu64 " pages in for them, %"
+		PRIu64 " pushed, %" PRIu64 " zero, %" PRIu64 " REMOVE events",
+	     s->o.name, v.faults, v.pages_urgent,
 	     v.pages_background, v.pages_zero, v.removes);
 }
 
