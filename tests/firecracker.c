@@ -51,18 +51,29 @@ static void one_vm(struct fcd *d, const char *const *args)
  * A restore end to end: @pages of @mib MiB served, every page checked by
  * the client (first pass, balloon, second pass); the daemon exits with a
  * status line that counts one VM, its pages, the balloon's REMOVE, no
- * page poisoned, and pushed pages exactly with --prefetch.
+ * page poisoned. With --prefetch the guest touches a few pages only, then
+ * waits until the daemon says all is in: the rest was pushed.
  */
 static void restore(const char *mib, const char *page, bool prefetch,
 		    uint64_t pages)
 {
 	const char *const extra[] = { "--prefetch", NULL };
 	const char *const args[] = { "--page", page, NULL };
+	const char *const few[] = { "--page", page, "--fraction", "0.005",
+				    "--wait-mid", NULL };
 	struct fcd d;
+	struct fcc c;
 
 	fcd_init(&d, mib, strcmp(page, "2m") ? "4k" : "2M");
 	fcd_start(&d, prefetch ? extra : NULL);
-	one_vm(&d, args);
+	fcc_start(&c, &d, prefetch ? few : args);
+	if (prefetch) {
+		fcc_line(&c); /* the first pass is done and checked */
+		fcd_wait_for(&d, 1, done, 1);
+		fcc_go(&c);
+	}
+	cr_assert_eq(fcc_wait(&c), 0, "fc-client failed: %s", c.line);
+	cr_assert(strstr(c.line, "\"ok\":true"), "%s", c.line);
 	daemon_done(&d);
 	cr_expect_eq(fc_json_u64(status_line, "vms"), 1);
 	cr_expect_eq(fc_json_u64(status_line, "pages"), pages);
@@ -264,11 +275,17 @@ enum moment {
 	BEFORE_FAULTS,		/* handshake done, guest not started */
 	EARLY_FAULTS,		/* 50 faults served */
 	MANY_FAULTS,		/* 1,000 faults served */
-	DURING_PUSH,		/* --prefetch: 2,000 pages pushed */
+	DURING_PUSH,		/* --prefetch, the guest waiting: 2,000 pushed */
 	AFTER_ALL,		/* every check done, the VM still there */
 };
 
-/* @huge: 2 MiB pages, 32 of them: "early" is 4 faults. */
+/*
+ * Kill the daemon at @m. Every moment is one the VM reaches and stays
+ * at until the test lets it go on (the client waits: before its start,
+ * after its first pass, before its exit), so that no wait here depends on
+ * how fast the guest runs. @huge: 2 MiB pages, 32 of them: "early" is 4
+ * faults.
+ */
 static void kill_at(struct fcd *d, enum moment m, bool huge)
 {
 	switch (m) {
@@ -282,44 +299,56 @@ static void kill_at(struct fcd *d, enum moment m, bool huge)
 	fcd_kill9(d);
 }
 
+/* What the client is told, so that it waits at moment @m. */
+static void moment_args(enum moment m, const char **args, unsigned int *n)
+{
+	switch (m) {
+	case BEFORE_HANDSHAKE: break;
+	case BEFORE_FAULTS: args[(*n)++] = "--wait-start"; break;
+	case DURING_PUSH:
+		args[(*n)++] = "--fraction";
+		args[(*n)++] = "0.005";
+		args[(*n)++] = "--wait-mid";
+		break;
+	default: args[(*n)++] = "--wait-end"; break;
+	}
+}
+
 /*
- * A restore killed at @m (@times times) and taken over by a daemon
- * started again with the same flags: the client finds every page right,
- * and the last daemon exits when the VM is done.
+ * A restore killed at @m (@times times: the later ones once the adopted
+ * VM is kept again) and taken over by a daemon started again with the
+ * same flags: the client finds every page right, and the last daemon
+ * exits when the VM is done.
  */
 static void restart(enum moment m, bool prefetch, unsigned int times,
 		    const char *page)
 {
 	const char *const extra[] = { "--prefetch", NULL };
-	const char *args[8] = { "--page", page };
+	const char *args[12] = { "--page", page };
 	unsigned int n = 2;
+	bool huge = !strcmp(page, "2m");
 	struct fcd d;
 	struct fcc c;
 
-	if (m == BEFORE_FAULTS)
-		args[n++] = "--wait-start";
-	if (m == AFTER_ALL)
-		args[n++] = "--wait-end";
-	fcd_init(&d, "64M", strcmp(page, "2m") ? "4k" : "2M");
+	moment_args(m, args, &n);
+	fcd_init(&d, "64M", huge ? "2M" : "4k");
 	fcd_start(&d, prefetch ? extra : NULL);
 	if (m == BEFORE_HANDSHAKE) {
 		fcd_kill9(&d);
 		fcc_start(&c, &d, args);
 	} else {
 		fcc_start(&c, &d, args);
-		if (m == BEFORE_FAULTS)
-			fcc_line(&c); /* ready: the handshake is sent */
-		if (m == AFTER_ALL)
-			fcc_line(&c); /* the result: every check passed */
+		if (m == BEFORE_FAULTS || m == DURING_PUSH || m == AFTER_ALL)
+			fcc_line(&c); /* ready; first pass done; all done */
 		for (unsigned int i = 0; i < times; i++) {
-			kill_at(&d, m, !strcmp(page, "2m"));
+			kill_at(&d, i ? BEFORE_FAULTS : m, huge);
 			if (i + 1 < times)
 				fcd_start(&d, prefetch ? extra : NULL);
 		}
 	}
 	fcd_start(&d, prefetch ? extra : NULL);
-	if (m == BEFORE_FAULTS || m == AFTER_ALL)
-		fcc_go(&c);
+	if (m != BEFORE_HANDSHAKE)
+		fcc_go(&c); /* the one line it waits for */
 	cr_assert_eq(fcc_wait(&c), 0, "fc-client failed: %s", c.line);
 	cr_assert(strstr(c.line, "\"ok\":true"), "%s", c.line);
 	daemon_done(&d);
@@ -769,10 +798,25 @@ Test(refuse, uid_allowed)
  * Metrics: STATUS on PATH.ctl while the VM lives, and faultctl's JSON.
  */
 
+/* With --prefetch: a few pages touched, then all in by the push. */
+static void metrics_push(struct fcd *d, struct fcc *c,
+			 struct proto_status *st)
+{
+	fcc_line(c); /* the first pass is done and checked */
+	fcd_wait_for(d, 1, done, 1);
+	fcd_status(d, st);
+	cr_expect_gt(st->s[0].pages_background, 0, "the rest was pushed");
+	cr_expect_gt(st->s[0].all_in_ms, 0);
+	cr_expect_geq(st->s[0].all_in_ms, st->s[0].first_fault_ms);
+	fcc_go(c);
+}
+
 static void metrics(bool prefetch)
 {
 	const char *const extra[] = { "--prefetch", NULL };
 	const char *const args[] = { "--wait-end", NULL };
+	const char *const few[] = { "--fraction", "0.005", "--wait-mid",
+				    "--wait-end", NULL };
 	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
 	char out[8192], path[160];
 	const struct proto_session *v;
@@ -781,7 +825,9 @@ static void metrics(bool prefetch)
 
 	fcd_init(&d, "64M", "4k");
 	fcd_start(&d, prefetch ? extra : NULL);
-	fcc_start(&c, &d, args);
+	fcc_start(&c, &d, prefetch ? few : args);
+	if (prefetch)
+		metrics_push(&d, &c, st);
 	fcc_line(&c); /* every check passed; the VM lives on */
 	cr_assert(strstr(c.line, "\"ok\":true"), "%s", c.line);
 	fcd_status(&d, st);

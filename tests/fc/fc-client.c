@@ -6,7 +6,7 @@
  *   fc-client --socket PATH --mem-file FILE [--regions SIZE[,SIZE...]]
  *             [--page 4k|2m] [--threads T] [--fraction F] [--seed S]
  *             [--writes PCT] [--balloon OFF,LEN|none] [--timeout SEC]
- *             [--wait-start | --handshake-only] [--wait-end]
+ *             [--wait-start | --handshake-only] [--wait-mid] [--wait-end]
  *             [--remove-race ROUNDS] [--no-page-size-kib]
  *             [--claim-page-size N] [--json-file FILE]
  *             [--attach uffd|none|file]
@@ -59,9 +59,12 @@
  * line (or end of file) on standard input before the guest starts.
  * --handshake-only: after the handshake, print {"ready":...} and wait
  * until the handler closes the connection (exit 3) or SIGTERM/SIGINT
- * (exit 0). --wait-end: after the output line, wait for a line (or end
- * of file) on standard input before exiting, so that the handler can be
- * asked about the VM while it lives. --json-file sends that file's bytes instead of the regions'
+ * (exit 0). --wait-mid: after the first pass and its check, print
+ * {"first_pass":...} and wait for a line (or end of file) on standard
+ * input before the balloon: what the guest did not touch is the handler's
+ * to push meanwhile. --wait-end: after the output line, wait likewise
+ * before exiting, so that the handler can be asked about the VM while it
+ * lives. --json-file sends that file's bytes instead of the regions'
  * JSON, --claim-page-size puts N in the JSON's page size fields,
  * --no-page-size-kib leaves out the deprecated field, --attach sends the
  * userfaultfd, nothing, or the memory file's descriptor: handshakes a
@@ -129,7 +132,7 @@ struct opts {
 	bool balloon_set, no_balloon;
 	uint64_t balloon_off, balloon_len;
 	unsigned int timeout;
-	bool wait_start, handshake_only, no_kib, wait_end;
+	bool wait_start, handshake_only, no_kib, wait_end, wait_mid;
 	uint64_t race_rounds;	/* --remove-race */
 	size_t claim_page_size;	/* 0: the real one */
 	enum attach attach;
@@ -269,7 +272,7 @@ static void usage(void)
 		"[--seed S] [--writes PCT]\n"
 		"       [--balloon OFF,LEN|none] [--timeout SEC] "
 		"[--wait-start | --handshake-only]\n"
-		"       [--wait-end] [--remove-race ROUNDS]\n"
+		"       [--wait-mid] [--wait-end] [--remove-race ROUNDS]\n"
 		"       [--no-page-size-kib] [--claim-page-size N] "
 		"[--json-file FILE]\n"
 		"       [--attach uffd|none|file]\n");
@@ -297,6 +300,7 @@ static void parse_one(struct opts *o, int c, char *arg)
 	case 'W': o->wait_start = true; break;
 	case 'H': o->handshake_only = true; break;
 	case 'E': o->wait_end = true; break;
+	case 'M': o->wait_mid = true; break;
 	case 'R': o->race_rounds = parse_uint(arg, ULONG_MAX); break;
 	case 'K': o->no_kib = true; break;
 	case 'P': o->claim_page_size = parse_uint(arg, ULONG_MAX); break;
@@ -327,6 +331,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "wait-start", no_argument, NULL, 'W' },
 		{ "handshake-only", no_argument, NULL, 'H' },
 		{ "wait-end", no_argument, NULL, 'E' },
+		{ "wait-mid", no_argument, NULL, 'M' },
 		{ "remove-race", required_argument, NULL, 'R' },
 		{ "no-page-size-kib", no_argument, NULL, 'K' },
 		{ "claim-page-size", required_argument, NULL, 'P' },
@@ -818,6 +823,8 @@ static uint64_t percentile(uint64_t *v, uint64_t n, unsigned int pct)
 	return v[i < n ? i : n - 1];
 }
 
+static void wait_start(void);
+
 static void guest_run(struct guest *g)
 {
 	uint64_t n = (uint64_t)(g->o.fraction * (double)g->pages + 0.5), touched;
@@ -837,6 +844,12 @@ static void guest_run(struct guest *g)
 	gbps = (double)(n * g->o.page_size) / (all_in * 1e6);
 	qsort(g->lat, n, sizeof(*g->lat), cmp_u64);
 	run_pass(g, verify);
+	if (g->o.wait_mid) {
+		printf("{\"first_pass\":true,\"pages_touched\":%" PRIu64 "}\n",
+		       n);
+		fflush(stdout);
+		wait_start();
+	}
 	if (!g->o.no_balloon) {
 		balloon_ms = inflate(g);
 		balloon_pages(g);
