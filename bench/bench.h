@@ -127,6 +127,7 @@ extern const struct scenario scenario_restore;
 extern const struct scenario scenario_mac;
 extern const struct scenario scenario_criu;
 extern const struct scenario scenario_workingset;
+extern const struct scenario scenario_firecracker;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

@@ -42,6 +42,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_mac,
 	&scenario_criu,
 	&scenario_workingset,
+	&scenario_firecracker,
 };
 
 #define MAX_ROUNDS 64

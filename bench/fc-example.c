@@ -354,6 +354,10 @@ int fc_example_serve(struct fc_example *ex)
 	ret = map_backing(&rt);
 	if (ret)
 		return ret;
+	if (ex->ready_fd >= 0 && write(ex->ready_fd, "r", 1) != 1) {
+		ret = fail(ex, -errno, "ready_fd: %s", strerror(errno));
+		goto unmap;
+	}
 	rt.stream = accept4(ex->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 	if (rt.stream < 0) {
 		ret = fail(ex, -errno, "accept: %s", strerror(errno));
@@ -403,7 +407,7 @@ static int listen_at(const char *path)
 
 int fc_example_main(int argc, char **argv)
 {
-	struct fc_example ex = { .stop_fd = -1 };
+	struct fc_example ex = { .stop_fd = -1, .ready_fd = -1 };
 	int ret;
 
 	for (int i = 3; i < argc; i++) {

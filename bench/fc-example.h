@@ -31,6 +31,8 @@ struct fc_example {
 	int listen_fd;		/* a listening Unix stream socket */
 	const char *mem_file;
 	int stop_fd;		/* readable: stop serving (-1: never) */
+	int ready_fd;		/* a byte is written to it once the file is
+				   mapped, before accept (-1: none) */
 	unsigned int flags;	/* FC_EXAMPLE_* */
 	struct fc_example_stats st;	/* out */
 	char why[256];		/* out: what went wrong */

@@ -3,8 +3,9 @@
  * check.c - what the daemon checks before it serves a registration: that
  * the descriptor is a non-blocking userfaultfd, that the ranges are sane,
  * apart, inside the image, and registered with a userfaultfd in the client
- * for missing faults (its /proc/PID/smaps says "um"), read with the
- * client's own rights from the process that connected (peer.c). Each
+ * for missing faults (its /proc/PID/smaps says "um"; for Firecracker's
+ * handshake also with the page size it names), read with the client's own
+ * rights from the process that connected (peer.c). Each
  * failure has its own reason, sent back to the client.
  */
 #include <errno.h>
@@ -79,15 +80,19 @@ static int range_sane(const struct proto_range *r, uint64_t image_len)
 	return 0;
 }
 
+enum cover { COVERED, NOT_MAPPED, NOT_REGISTERED, OTHER_PAGE_SIZE };
+
 /*
  * Is [start, end) covered by the client's mappings registered for missing
- * faults? From /proc/PID/smaps: each mapping's header line, then its
- * VmFlags line ("um": userfaultfd missing).
+ * faults, with pages of @page_size bytes (0: any)? From /proc/PID/smaps:
+ * each mapping's header line, its KernelPageSize line, then its VmFlags
+ * line ("um": userfaultfd missing).
  */
-static int covered(FILE *f, uint64_t start, uint64_t end)
+static enum cover covered(FILE *f, uint64_t start, uint64_t end,
+			  size_t page_size)
 {
 	char line[512];
-	unsigned long lo = 0, hi = 0;
+	unsigned long lo = 0, hi = 0, kib = 0;
 	uint64_t at = start;
 
 	rewind(f);
@@ -98,15 +103,37 @@ static int covered(FILE *f, uint64_t start, uint64_t end)
 		    strchr(line, '-') < strchr(line, ' ')) {
 			lo = a;
 			hi = b;
+			kib = 0;
 			continue;
 		}
+		if (sscanf(line, "KernelPageSize: %lu kB", &a) == 1)
+			kib = a;
 		if (strncmp(line, "VmFlags:", 8) || lo > at || hi <= at)
 			continue;
 		if (!strstr(line, " um"))
-			return -EINVAL;
+			return NOT_REGISTERED;
+		if (page_size && kib << 10 != page_size)
+			return OTHER_PAGE_SIZE;
 		at = hi;
 	}
-	return at >= end ? 0 : -EFAULT;
+	return at >= end ? COVERED : NOT_MAPPED;
+}
+
+/* covered()'s answer as -errno and a reason. */
+static int cover_err(enum cover c, const char **why)
+{
+	static const char *const whys[] = {
+		[NOT_MAPPED] = "a range is not mapped in the client",
+		[NOT_REGISTERED] = "a range is not registered for missing "
+				   "faults",
+		[OTHER_PAGE_SIZE] = "a range's memory has pages of another "
+				    "size than the handshake says",
+	};
+
+	if (c == COVERED)
+		return 0;
+	*why = whys[c];
+	return c == NOT_MAPPED ? -EFAULT : -EINVAL;
 }
 
 /*
@@ -161,12 +188,31 @@ int check_ranges(const struct proto_register *m, const struct image *img,
 	f = open_smaps(peer, &ret, why);
 	if (!f)
 		return ret;
-	for (uint32_t i = 0; !ret && i < m->nr_ranges; i++) {
-		ret = covered(f, r[i].start, r[i].start + r[i].len);
-		*why = ret == -EFAULT ? "a range is not mapped in the client"
-				      : "a range is not registered for "
-					"missing faults";
-	}
+	for (uint32_t i = 0; !ret && i < m->nr_ranges; i++)
+		ret = cover_err(covered(f, r[i].start, r[i].start + r[i].len, 0),
+				why);
+	fclose(f);
+	return ret;
+}
+
+/*
+ * check_mapped() - are the client ranges @r mapped in @peer, registered
+ * for missing faults, with pages of @page_size bytes? Returns 0, or
+ * -EFAULT / -EINVAL / -EACCES / -EPERM / -ESRCH with *why.
+ */
+int check_mapped(const struct peer *peer, const struct srange *r, size_t nr,
+		 size_t page_size, const char **why)
+{
+	FILE *f;
+	int ret = 0;
+
+	f = open_smaps(peer, &ret, why);
+	if (!f)
+		return ret;
+	for (size_t i = 0; !ret && i < nr; i++)
+		ret = cover_err(covered(f, r[i].start, r[i].start + r[i].len,
+					page_size),
+				why);
 	fclose(f);
 	return ret;
 }

@@ -48,6 +48,11 @@ extern uint64_t daemon_started_ms;
 
 void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t now_ms(void);
+void daemon_std_fds(void);
+void daemon_raise_nofile(void);
+int daemon_listen(const char *path, int type);
+unsigned int daemon_parse_uint(const char *opt, const char *arg,
+			       unsigned int min, unsigned int max);
 
 /* front_fdp.c - the faultd protocol's sessions */
 struct peer;
@@ -58,6 +63,10 @@ int fdp_register(int sock, const struct proto_register *m, int *fds,
 		 struct peer *peer);
 void fdp_status(int sock, uid_t uid);
 extern const struct fe_kind fdp_kind;
+
+/* front_fc.c - `faultd firecracker`: Firecracker's handshake's sessions */
+int fc_main(int argc, char **argv);
+extern const struct fe_kind fc_kind;
 
 /* src_image.c - a faultd image as a source */
 int src_image_open(int fd, const struct img_key *key, struct source **sp,
@@ -101,5 +110,7 @@ void peer_release(struct peer *p);
 int check_uffd(int fd, const char **why);
 int check_ranges(const struct proto_register *m, const struct image *img,
 		 const struct peer *peer, const char **why);
+int check_mapped(const struct peer *peer, const struct srange *r, size_t nr,
+		 size_t page_size, const char **why);
 
 #endif /* FAULTD_DAEMON_H */

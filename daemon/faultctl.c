@@ -54,7 +54,7 @@ static int status_get(struct proto_status *st)
 
 static double pct(const struct proto_session *s)
 {
-	uint64_t in = s->pages_urgent + s->pages_background;
+	uint64_t in = s->pages_urgent + s->pages_background + s->pages_zero;
 
 	return s->pages_total ? 100.0 * (double)in / (double)s->pages_total
 			      : 100.0;
@@ -69,16 +69,28 @@ static void print_json(const struct proto_status *st)
 
 		printf("%s{\"session\":%llu,\"pid\":%d,\"done\":%s,"
 		       "\"pages_total\":%llu,\"pages_urgent\":%llu,"
-		       "\"pages_background\":%llu,\"faults\":%llu,"
-		       "\"p50_ns\":%llu,\"p99_ns\":%llu,\"age_ms\":%llu}",
+		       "\"pages_background\":%llu,\"pages_zero\":%llu,"
+		       "\"faults\":%llu,\"eexist\":%llu,\"eagain\":%llu,"
+		       "\"removes\":%llu,\"poisoned\":%llu,"
+		       "\"p50_ns\":%llu,\"p99_ns\":%llu,"
+		       "\"first_fault_ms\":%llu,\"all_in_ms\":%llu,"
+		       "\"kept\":%s,\"age_ms\":%llu}",
 		       i ? "," : "", (unsigned long long)s->session, s->pid,
 		       s->done ? "true" : "false",
 		       (unsigned long long)s->pages_total,
 		       (unsigned long long)s->pages_urgent,
 		       (unsigned long long)s->pages_background,
+		       (unsigned long long)s->pages_zero,
 		       (unsigned long long)s->faults,
+		       (unsigned long long)s->eexist,
+		       (unsigned long long)s->eagain,
+		       (unsigned long long)s->removes,
+		       (unsigned long long)s->poisoned,
 		       (unsigned long long)s->p50_ns,
 		       (unsigned long long)s->p99_ns,
+		       (unsigned long long)s->first_fault_ms,
+		       (unsigned long long)s->all_in_ms,
+		       s->kept ? "true" : "false",
 		       (unsigned long long)s->age_ms);
 	}
 	printf("]}\n");
@@ -107,13 +119,16 @@ static void print_text(const struct proto_status *st, bool bars)
 		if (bars)
 			print_bar(pct(s));
 		printf(" %5.1f%%  %llu/%llu pages (urgent %llu, background "
-		       "%llu), %llu faults, p50 %.1f us, p99 %.1f us\n",
+		       "%llu, zero %llu), %llu faults, p50 %.1f us, p99 %.1f "
+		       "us\n",
 		       pct(s),
 		       (unsigned long long)(s->pages_urgent +
-					    s->pages_background),
+					    s->pages_background +
+					    s->pages_zero),
 		       (unsigned long long)s->pages_total,
 		       (unsigned long long)s->pages_urgent,
 		       (unsigned long long)s->pages_background,
+		       (unsigned long long)s->pages_zero,
 		       (unsigned long long)s->faults, (double)s->p50_ns / 1e3,
 		       (double)s->p99_ns / 1e3);
 	}

@@ -114,18 +114,36 @@ static const char *socket_path(int ls, char *buf, size_t len)
 }
 
 /* Descriptors 0-2 are always open, so that no source ever gets one. */
-static void std_fds(void)
+void daemon_std_fds(void)
 {
 	for (int fd = open("/dev/null", O_RDWR | O_CLOEXEC); fd >= 0 && fd < 3;
 	     fd = open("/dev/null", O_RDWR | O_CLOEXEC))
 		fcntl(fd, F_SETFD, 0);
 }
 
-static int listen_on(const char *path)
+/* Does a socket of @type listen at @a? */
+static bool someone_listens(const struct sockaddr_un *a, int type)
+{
+	int probe = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	bool yes = probe >= 0 &&
+		   !connect(probe, (const struct sockaddr *)a, sizeof(*a));
+
+	if (probe >= 0)
+		close(probe);
+	return yes;
+}
+
+/*
+ * daemon_listen() - a Unix socket of @type (SOCK_SEQPACKET, SOCK_STREAM)
+ * listening at @path, its mode set by the umask before bind(): the path is
+ * not touched after. Returns it, or -errno (-EADDRINUSE: someone listens
+ * there).
+ */
+int daemon_listen(const char *path, int type)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	char dir[sizeof(a.sun_path)];
-	int s, probe, ret;
+	int s, ret;
 	mode_t mask;
 
 	if (strlen(path) >= sizeof(a.sun_path))
@@ -133,13 +151,10 @@ static int listen_on(const char *path)
 	strcpy(a.sun_path, path);
 	strcpy(dir, path);
 	mkdir(dirname(dir), 0755);
-	probe = proto_connect(path);
-	if (probe >= 0) { /* someone serves there already */
-		close(probe);
+	if (someone_listens(&a, type))
 		return -EADDRINUSE;
-	}
 	unlink(path); /* a stale socket of a daemon that died */
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
 	/*
@@ -161,7 +176,7 @@ static int listen_on(const char *path)
 }
 
 /* Strict: all of @arg a decimal number in [@min, @max], or exit 2. */
-static unsigned int parse_uint(const char *opt, const char *arg,
+unsigned int daemon_parse_uint(const char *opt, const char *arg,
 			       unsigned int min, unsigned int max)
 {
 	unsigned long v;
@@ -187,6 +202,8 @@ static void usage(FILE *f)
 		   "[--no-keeper] [--fd-store] [-v]...\n"
 		   "       faultd lazy-pages -D DIR [-W WORKDIR] ... "
 		   "(faultd lazy-pages --help)\n"
+		   "       faultd firecracker --socket PATH --mem-file FILE "
+		   "[--prefetch] [--allow-uid UID]...\n"
 		   "       faultd keeper --socket PATH --grace SECONDS\n");
 }
 
@@ -200,7 +217,7 @@ static int keeper_cmd(int argc, char **argv)
 		if (!strcmp(argv[i], "--socket"))
 			sock = argv[i + 1];
 		else if (!strcmp(argv[i], "--grace"))
-			grace = parse_uint("grace", argv[i + 1], 0, 86400);
+			grace = daemon_parse_uint("grace", argv[i + 1], 0, 86400);
 	}
 	if (!sock) {
 		usage(stderr);
@@ -250,7 +267,7 @@ static int parse(int argc, char **argv)
 		}
 		for (i = 0; longopts[i].val != c; i++)
 			;
-		*limit = parse_uint(longopts[i].name, optarg, 1, max);
+		*limit = daemon_parse_uint(longopts[i].name, optarg, 1, max);
 	}
 	/* By default one user may take a quarter of the sessions. */
 	if (!o->max_user_sessions)
@@ -273,7 +290,7 @@ static int keep_begin(void)
 
 /* Sessions need many descriptors: take the hard limit (systemd's soft
  * default is 1024 for compatibility with select(), which is not used). */
-static void raise_nofile(void)
+void daemon_raise_nofile(void)
 {
 	struct rlimit rl;
 
@@ -293,16 +310,18 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "keeper"))
 		return keeper_cmd(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "lazy-pages")) {
-		std_fds();
-		raise_nofile();
+		daemon_std_fds();
+		daemon_raise_nofile();
 		return lazy_pages_main(argc - 1, argv + 1);
 	}
 	if (argc > 1 && !strcmp(argv[1], "working-set"))
 		return wset_cmd(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "firecracker"))
+		return fc_main(argc - 1, argv + 1);
 	if (parse(argc, argv) < 0)
 		return 2;
-	std_fds();
-	raise_nofile();
+	daemon_std_fds();
+	daemon_raise_nofile();
 	daemon_started_ms = now_ms();
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&stop);
@@ -335,7 +354,7 @@ int main(int argc, char **argv)
 
 		if (kept < -1)
 			return 1;
-		ls = kept >= 0 ? kept : listen_on(dopts.socket);
+		ls = kept >= 0 ? kept : daemon_listen(dopts.socket, SOCK_SEQPACKET);
 		if (ls >= 0 && kept < 0)
 			restart_keep_listen(ls);
 	} else if (keep_begin() < -1) {

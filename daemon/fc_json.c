@@ -496,6 +496,38 @@ int fc_json_parse(const char *buf, size_t len, struct fc_handshake *h,
 	return 0;
 }
 
+int fc_json_complete(const char *buf, size_t len)
+{
+	struct cursor c = { .start = buf, .p = buf, .end = buf + len };
+	bool in_string = false, escaped = false;
+	size_t depth = 0;
+
+	skip_ws(&c);
+	if (c.p == c.end)
+		return 0;
+	if (*c.p != '[')
+		return -EBADMSG;
+	for (; c.p < c.end; c.p++) {
+		char ch = *c.p;
+
+		if (in_string) {
+			if (escaped)
+				escaped = false;
+			else if (ch == '\\')
+				escaped = true;
+			else if (ch == '"')
+				in_string = false;
+		} else if (ch == '"') {
+			in_string = true;
+		} else if (ch == '[' || ch == '{') {
+			depth++;
+		} else if ((ch == ']' || ch == '}') && !--depth) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------------------
  * The checks of the regions.
  */

@@ -62,6 +62,17 @@ int fc_json_parse(const char *buf, size_t len, struct fc_handshake *h,
 		  char *why, size_t why_len);
 
 /*
+ * fc_json_complete() - does [buf, buf + len), the bytes of a handshake
+ * received so far, hold a whole top-level value yet? 1 when the value
+ * that starts it has closed (brackets outside strings balanced), 0 when
+ * more bytes may complete it, -EBADMSG when it cannot be an array (its
+ * first byte that is not whitespace is not '['). It checks nothing else:
+ * fc_json_parse() does. A stream socket may deliver one sendmsg() in
+ * pieces; this says when to stop reading.
+ */
+int fc_json_complete(const char *buf, size_t len);
+
+/*
  * fc_regions_check() - can these regions be served from a memory file of
  * @file_size bytes? Each region's page size is 4096 or 2 MiB, the same for
  * all and, when @page_size is not 0, equal to it (what the memory file was

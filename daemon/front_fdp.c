@@ -405,12 +405,19 @@ void fdp_status(int sock, uid_t uid)
 			.done = v[i].all_in,
 			.pages_total = v[i].pages_total,
 			.pages_urgent = v[i].pages_urgent,
-			.pages_background = v[i].pages_background +
-					    v[i].pages_zero,
+			.pages_background = v[i].pages_background,
 			.faults = v[i].faults,
 			.p50_ns = v[i].p50_ns,
 			.p99_ns = v[i].p99_ns,
 			.age_ms = v[i].age_ms,
+			.pages_zero = v[i].pages_zero,
+			.eexist = v[i].eexist,
+			.eagain = v[i].eagain,
+			.removes = v[i].removes,
+			.poisoned = v[i].poisoned,
+			.first_fault_ms = v[i].first_fault_ms,
+			.all_in_ms = v[i].all_in_ms,
+			.kept = v[i].kept,
 		};
 	proto_init(&st->h, MSG_STATUS, sizeof(*st) + n * sizeof(st->s[0]));
 	st->nr_sessions = (uint32_t)n;

@@ -242,7 +242,7 @@ static int keeper_hello(struct keep *k)
 }
 
 /* Connect to the keeper of our socket, starting it if there is none. */
-static int keeper_attach(struct keep *k)
+static int keeper_attach_once(struct keep *k)
 {
 	int ret;
 
@@ -261,6 +261,22 @@ static int keeper_attach(struct keep *k)
 		close(k->sock);
 		k->sock = -1;
 	}
+	return ret;
+}
+
+/*
+ * keeper_attach_once(), again when the keeper hung up on the HELLO: one
+ * told BYE by the daemon before this one exits at once, and resets a
+ * connection it had not accepted yet; the next try finds nobody there and
+ * starts another.
+ */
+static int keeper_attach(struct keep *k)
+{
+	int ret = -ECONNRESET;
+
+	for (int tries = 0; tries < 3 && (ret == -ECONNRESET || ret == -EPIPE);
+	     tries++)
+		ret = keeper_attach_once(k);
 	return ret;
 }
 

@@ -563,6 +563,8 @@ int session_run(struct session *s)
 	/* Its threads are stopped: nothing is noted any more. */
 	if (s->rec && (!s->rec_saved || s->rec->written != s->rec->set.nr))
 		session_record_save(s);
+	if (s->fe->ended)
+		s->fe->ended(s);
 	/* A daemon that stops leaves what nobody else can serve for the
 	 * next one; everything else ended for good. */
 	if (!daemon_stopping() || !s->kind || s->kind->takeover)
@@ -681,7 +683,7 @@ void session_view(struct session *s, struct session_view *v)
 	uint64_t all_in = atomic_load(&s->all_in_ns);
 
 	*v = (struct session_view){ .id = s->id, .pid = s->pid, .uid = s->uid,
-				    .all_in = all_in != 0 };
+				    .all_in = all_in != 0, .kept = s->kept };
 	pthread_rwlock_rdlock(&s->spaces_lock);
 	for (struct space *sp = s->spaces; sp; sp = sp->next, v->spaces++)
 		view_add_space(v, sp, &lat);

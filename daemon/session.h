@@ -21,6 +21,13 @@
  * asked for. A waking handler preempts a pusher at once.
  *
  * Locks, outer to inner:
+ *   space->ev_lock (rwlock, writers first. Write: a read() of the uffd
+ *     until its events are applied (uloop.c's read_begin/read_end). Read:
+ *     every install (copy, zeros, poison) of the space. So an install
+ *     planned before an event cannot land after the process went on past
+ *     it: the kernel lets installs through once the event is read, and a
+ *     MADV_DONTNEED zaps its pages right after. Never held across a source
+ *     read or a wait for a peer.)
  *   sessions_lock (the daemon's list of sessions; session.c)
  *     session->spaces_lock (the list of spaces: read to walk it, write to add)
  *       space->lock (rwlock. Read: translate an address and install; the
@@ -93,8 +100,9 @@ struct space {
 	size_t around;		/* fault-around window, bytes */
 	bool huge;		/* hugetlb: zeros are copied */
 
+	pthread_rwlock_t ev_lock; /* reads of events against installs */
 	pthread_rwlock_t lock;
-	uint64_t gen;		/* changes with every range change */
+	uint64_t gen;		/* changes with every event */
 	struct srange *r;	/* sorted by start, apart */
 	size_t nr, cap;
 	struct sseg *seg;	/* sorted by off, apart; fixed */
@@ -160,6 +168,12 @@ struct session_fe_ops {
 	void (*tick)(struct session *s, bool all_in);
 	/* The process of @sp is gone; returns false to end the session. */
 	bool (*space_gone)(struct session *s, struct space *sp);
+	/*
+	 * The session ended: its handler and push threads are joined, so
+	 * its counters (session_view()) are final. Called once, by
+	 * session_run(), before it returns.
+	 */
+	void (*ended)(struct session *s);
 };
 
 struct session {
@@ -172,7 +186,7 @@ struct session {
 	bool close_peer;	/* peer_fd is the session's to close */
 	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
 	int record_fd;		/* its record (persist.c); -1: none yet */
-	bool kept;		/* its entry has been put */
+	atomic_bool kept;	/* its entry has been put */
 	int peer_fd;		/* polled for the front end; -1: none */
 	uid_t uid;		/* the peer's, for faultctl */
 	pid_t pid;		/* the peer's */
@@ -266,6 +280,7 @@ struct session_view {
 	uid_t uid;
 	unsigned int spaces;
 	bool all_in;
+	bool kept;		/* a restarted daemon would adopt it */
 	uint64_t pages_total, pages_urgent, pages_background, pages_zero;
 	uint64_t faults, eexist, eagain, removes, poisoned;
 	uint64_t pages_replayed, replay_bytes, replay_ms; /* 0: none */

@@ -329,10 +329,15 @@ static size_t range_first_after_locked(const struct space *sp, uint64_t addr)
 	return i;
 }
 
-/* [start, end) reads zeros from now on; its pages need no push. */
+/*
+ * [start, end) reads zeros from now on; its pages need no push. A fault
+ * planned before (its source read under way) plans again: the page it
+ * faults on is installed whatever its bits say.
+ */
 static void ev_remove(struct space *sp, uint64_t start, uint64_t end)
 {
 	pthread_rwlock_wrlock(&sp->lock);
+	sp->gen++;
 	for (size_t i = range_first_after_locked(sp, start);
 	     i < sp->nr && sp->r[i].start < end; i++) {
 		const struct srange *r = &sp->r[i];
@@ -430,6 +435,37 @@ static void space_event(struct ureader *rd, struct uport *p,
 	     (unsigned long long)m->arg.reserved.reserved1,
 	     (unsigned long long)m->arg.reserved.reserved2,
 	     (unsigned long long)m->arg.reserved.reserved3);
+}
+
+/* ------------------------------------------------------------------------
+ * Installs against reads of events (session.h, space->ev_lock).
+ */
+
+/* An install of @sp may start: no read of its events is under way. */
+static void install_begin(struct space *sp)
+{
+	pthread_rwlock_rdlock(&sp->ev_lock);
+	pthread_rwlock_rdlock(&sp->lock);
+}
+
+static void install_end(struct space *sp)
+{
+	pthread_rwlock_unlock(&sp->lock);
+	pthread_rwlock_unlock(&sp->ev_lock);
+}
+
+static void space_read_begin(struct uport *p)
+{
+	struct space *sp = p->owner;
+
+	pthread_rwlock_wrlock(&sp->ev_lock);
+}
+
+static void space_read_end(struct uport *p)
+{
+	struct space *sp = p->owner;
+
+	pthread_rwlock_unlock(&sp->ev_lock);
 }
 
 /* ------------------------------------------------------------------------
@@ -592,12 +628,8 @@ static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 	if (res->gone && !atomic_load(&sp->s->settled))
 		in = 0;
 
-	for (uint64_t o = 0; o < in; o += sp->page_size) {
-		uint64_t bit;
-
-		if (seg_bit(sp, pl->src + (a + o - pl->start), &bit))
-			page_done(sp, bit);
-	}
+	/* Counted before they are done: the last page done makes the front
+	 * end report (DONE), with every page in its counts. */
 	if (res->done)
 		atomic_fetch_add(pl->zero ? &sp->st.zero
 				 : background ? &sp->st.background
@@ -605,6 +637,12 @@ static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 				 res->done / sp->page_size);
 	if (res->present)
 		atomic_fetch_add(&sp->st.eexist, res->present / sp->page_size);
+	for (uint64_t o = 0; o < in; o += sp->page_size) {
+		uint64_t bit;
+
+		if (seg_bit(sp, pl->src + (a + o - pl->start), &bit))
+			page_done(sp, bit);
+	}
 	if (res->end == UFFD_GONE && res->err == -ESRCH)
 		space_mark_gone(sp);
 	/* Gone: the range or the process; nothing is left to do there. */
@@ -734,9 +772,9 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 	pthread_rwlock_unlock(&sp->lock);
 	if (!pl.zero)
 		ret = fill_plan(sp, &pl, buf);
-	pthread_rwlock_rdlock(&sp->lock);
+	install_begin(sp);
 	if (pl.gen != sp->gen) {
-		pthread_rwlock_unlock(&sp->lock);
+		install_end(sp);
 		return F_REPLAN;
 	}
 	if (ret)
@@ -744,7 +782,7 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 	else
 		ret = install_window_locked(sp, &pl, pl.zero ? NULL : buf,
 					    slot);
-	pthread_rwlock_unlock(&sp->lock);
+	install_end(sp);
 	if (ret == -EAGAIN)
 		return F_PARK;
 	if (ret && ret != -EBADMSG && ret != -EIO)
@@ -813,6 +851,8 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 const struct uport_ops space_port_ops = {
 	.event = space_event,
 	.fault = space_fault,
+	.read_begin = space_read_begin,
+	.read_end = space_read_end,
 };
 
 /* ------------------------------------------------------------------------
@@ -936,7 +976,7 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 	ssize_t pages = 0;
 	int ret = 0;
 
-	pthread_rwlock_rdlock(&sp->lock);
+	install_begin(sp);
 	if (gen != sp->gen || atomic_load(&sp->dead))
 		ret = -ESTALE;
 	else
@@ -966,7 +1006,7 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 	}
 	if (ret != -ESTALE)
 		state_inflight(sp, slot, 0, 0);
-	pthread_rwlock_unlock(&sp->lock);
+	install_end(sp);
 	return ret ? ret : pages;
 }
 
@@ -977,7 +1017,7 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 void space_poison_run(struct space *sp, const struct space_run *run,
 		      uint64_t gen, int err)
 {
-	pthread_rwlock_rdlock(&sp->lock);
+	install_begin(sp);
 	for (uint64_t a = run->start;
 	     gen == sp->gen && a < run->start + run->len; a += sp->page_size) {
 		struct plan pl = { .page = a, .start = a, .len = sp->page_size,
@@ -987,7 +1027,7 @@ void space_poison_run(struct space *sp, const struct space_run *run,
 		if (seg_bit(sp, pl.src, &bit) && !bit_test(sp->done, bit))
 			poison_page_locked(sp, &pl, err);
 	}
-	pthread_rwlock_unlock(&sp->lock);
+	install_end(sp);
 }
 
 /* A part of a replayed span that one range maps. */
@@ -1159,6 +1199,7 @@ struct space *space_alloc(struct session *s, struct source *src,
 			  size_t page_size)
 {
 	struct space *sp = calloc(1, sizeof(*sp));
+	pthread_rwlockattr_t ev_attr;
 
 	if (!sp)
 		return NULL;
@@ -1177,6 +1218,13 @@ struct space *space_alloc(struct session *s, struct source *src,
 	if (s->rec)
 		sp->around = page_size;
 	pthread_rwlock_init(&sp->lock, NULL);
+	pthread_rwlockattr_init(&ev_attr);
+	/* The reader of events waits for installs under way, never for
+	 * ones that start after it (a push would starve it). */
+	pthread_rwlockattr_setkind_np(&ev_attr,
+				      PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&sp->ev_lock, &ev_attr);
+	pthread_rwlockattr_destroy(&ev_attr);
 	return sp;
 }
 
@@ -1332,6 +1380,7 @@ void space_free(struct space *sp)
 	state_free(sp);
 	pthread_rwlock_destroy(&sp->lock);
 	free(sp->seen);
+	pthread_rwlock_destroy(&sp->ev_lock);
 	free(sp->r);
 	free(sp->seg);
 	free(sp);

@@ -45,8 +45,10 @@
  * registers both regions for missing faults, connects to the page-fault
  * handler listening on PATH, sends it the regions as the JSON Firecracker
  * sends with the userfaultfd attached, and keeps both open. The handler
- * (any Firecracker page-fault handler serving FILE, such as
- * `faultd-bench fc-example PATH FILE`) serves every page KVM faults on.
+ * (any Firecracker page-fault handler serving FILE: `faultd firecracker
+ * --socket PATH --mem-file FILE`, or Firecracker's example as
+ * `faultd-bench fc-example PATH FILE` has it) serves every page KVM
+ * faults on.
  * The checks read FILE with pread().
  *
  * Exit status: 0 the checksum matches, 1 it does not, 2 an error, 77 no

@@ -153,6 +153,15 @@ struct proto_session {
 	uint64_t p50_ns;
 	uint64_t p99_ns;
 	uint64_t age_ms;
+	uint64_t pages_zero;	/* in as zeros; urgent and background: data */
+	uint64_t eexist;	/* installs that found the page in */
+	uint64_t eagain;	/* tries of faults that waited for an event */
+	uint64_t removes;	/* REMOVE and UNMAP events */
+	uint64_t poisoned;	/* pages that get SIGBUS: bad content */
+	uint64_t first_fault_ms; /* from the session's start; 0: none yet */
+	uint64_t all_in_ms;	/* every page in, from its start; 0: not yet */
+	uint32_t kept;		/* kept outside the daemon: a restart adopts it */
+	uint32_t reserved;
 };
 
 #define PROTO_MAX_SESSIONS                                                     \

@@ -105,6 +105,17 @@ ssize_t install_fill_tail(void *buf, ssize_t n, size_t len);
 
 #define ULOOP_BATCH 64	/* messages per read() with a single reader */
 #define ULOOP_PARK_MAX 256	/* faults a reader keeps for a retry */
+/*
+ * A parked fault is tried again no sooner than ULOOP_RETRY_MIN_NS after
+ * it parked, twice that after its second try, and so on up to
+ * ULOOP_RETRY_MAX_NS. The kernel fails installs with EAGAIN from an
+ * event's start until the thread that caused it (the one in madvise(),
+ * mremap()) runs again after the event was read, so a try right after the
+ * read fails too, and trying at every message would spin while that
+ * thread waits for a CPU - one the tries take from it.
+ */
+#define ULOOP_RETRY_MIN_NS 50000ull
+#define ULOOP_RETRY_MAX_NS 800000ull
 
 /* A page-fault message being handled, or parked for a retry. */
 struct fault_req {
@@ -137,6 +148,17 @@ struct uport_ops {
 	/* After the faults of one read (e.g. wake a DONTWAKE batch); may
 	 * be NULL. */
 	void (*batch_end)(struct ureader *rd, struct uport *p);
+	/*
+	 * Around every read() of the port and the application of the
+	 * events it returned, by every reader, shared or not; may be NULL.
+	 * The kernel lets installs succeed again as soon as an event has
+	 * been read, and the process goes on (a MADV_DONTNEED zaps its
+	 * pages) before the event is applied: an owner whose other threads
+	 * install pages (several handlers, a push) excludes them here, so
+	 * that no install made from a plan of before the event lands after.
+	 */
+	void (*read_begin)(struct uport *p);
+	void (*read_end)(struct uport *p);
 };
 
 /*
@@ -157,6 +179,8 @@ struct uport {
 struct parked_fault {
 	struct uport *port;
 	struct fault_req req;
+	uint64_t due_ns;	/* not tried again before (now_ns()) */
+	unsigned int tries;	/* how often it was tried and parked */
 };
 
 /* What one thread keeps while it reads ports: its parked faults. */

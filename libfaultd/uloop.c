@@ -12,7 +12,8 @@
  * The kernel hands a pending fault out before a pending event, and an
  * event's effect (pages removed, a range moved) must be known before any
  * fault that follows it is resolved. With one reader that is the order of
- * the calls. With several readers of one port, a reader holds the port's
+ * the calls. A parked fault waits a little before each new try
+ * (ULOOP_RETRY_MIN_NS), never spins. With several readers of one port, a reader holds the port's
  * read_lock from its read() until the events it got are applied: a fault
  * another reader reads after that sees them; a fault read before them was
  * queued before them, and its install fails with EAGAIN until they are read.
@@ -52,45 +53,59 @@ void uport_destroy(struct uport *p)
 }
 
 /*
- * Keep a fault for later. When the reader's park is full, wake the
+ * Keep a fault for later, tried @tries times so far (ULOOP_RETRY_MIN_NS
+ * says when it is tried again). When the reader's park is full, wake the
  * faulting thread instead: it faults again, and its new message comes
  * after the pending event.
  */
 static void park(struct ureader *rd, struct uport *p,
-		 const struct fault_req *req)
+		 const struct fault_req *req, unsigned int tries)
 {
+	uint64_t wait = ULOOP_RETRY_MIN_NS << (tries < 5 ? tries : 5);
+
 	if (rd->nr_parked < ULOOP_PARK_MAX) {
-		rd->parked[rd->nr_parked++] =
-			(struct parked_fault){ .port = p, .req = *req };
+		rd->parked[rd->nr_parked++] = (struct parked_fault){
+			.port = p, .req = *req, .tries = tries + 1,
+			.due_ns = now_ns() + (wait < ULOOP_RETRY_MAX_NS
+						      ? wait
+						      : ULOOP_RETRY_MAX_NS),
+		};
 		return;
 	}
 	uffd_wake(p->uffd, req->addr & ~(p->page_size - 1), p->page_size);
 }
 
 static void dispatch(struct ureader *rd, struct uport *p,
-		     struct fault_req *req)
+		     struct fault_req *req, unsigned int tries)
 {
 	if (p->ops->fault(rd, p, req) == ULOOP_PARK)
-		park(rd, p, req);
+		park(rd, p, req, tries);
 }
 
 /*
- * uloop_retry_parked() - try every parked fault of @rd again. The ports
- * that had parked faults get their batch_end.
- * Context: the thread that owns @rd.
+ * uloop_retry_parked() - try the parked faults of @rd again whose time
+ * has come; the others stay parked. The ports of those tried get their
+ * batch_end. Context: the thread that owns @rd.
  */
 void uloop_retry_parked(struct ureader *rd)
 {
 	struct parked_fault retry[ULOOP_PARK_MAX];
 	unsigned int n = rd->nr_parked;
+	uint64_t now = now_ns();
 
 	memcpy(retry, rd->parked, n * sizeof(retry[0]));
 	rd->nr_parked = 0;
-	for (unsigned int i = 0; i < n; i++)
-		dispatch(rd, retry[i].port, &retry[i].req);
+	for (unsigned int i = 0; i < n; i++) {
+		if (now < retry[i].due_ns) {
+			rd->parked[rd->nr_parked++] = retry[i];
+			retry[i].port = NULL; /* not tried: no batch_end */
+			continue;
+		}
+		dispatch(rd, retry[i].port, &retry[i].req, retry[i].tries);
+	}
 	for (unsigned int i = 0; i < n; i++) {
 		struct uport *p = retry[i].port;
-		bool seen = false;
+		bool seen = !p;
 
 		for (unsigned int j = 0; j < i && !seen; j++)
 			seen = retry[j].port == p;
@@ -118,6 +133,8 @@ static ssize_t read_batch(struct ureader *rd, struct uport *p)
 {
 	ssize_t n;
 
+	if (p->ops->read_begin)
+		p->ops->read_begin(p);
 	if (p->shared)
 		pthread_mutex_lock(&p->read_lock);
 	n = uffd_read_msgs(p->uffd, rd->msgs, p->batch);
@@ -126,6 +143,8 @@ static ssize_t read_batch(struct ureader *rd, struct uport *p)
 			p->ops->event(rd, p, &rd->msgs[i]);
 	if (p->shared)
 		pthread_mutex_unlock(&p->read_lock);
+	if (p->ops->read_end)
+		p->ops->read_end(p);
 	return n;
 }
 
@@ -153,7 +172,7 @@ ssize_t uloop_service(struct ureader *rd, struct uport *p)
 		};
 
 		if (rd->msgs[i].event == UFFD_EVENT_PAGEFAULT)
-			dispatch(rd, p, &req);
+			dispatch(rd, p, &req, 0);
 	}
 	if (p->ops->batch_end)
 		p->ops->batch_end(rd, p);

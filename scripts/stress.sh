@@ -5,10 +5,11 @@
 # tests/file.c and the load suite's churn, each configuration or race
 # given a nineteenth of four fifths of the time and the churn a tenth,
 # repeated until the time is up; each pass also runs the race tests of the
-# dirty and faults suites (discards against writers, aborts counted per
-# region) for as long as a configuration. A configuration runs at most
-# 480 s at a time (its Criterion timeout is 600 s), so long runs are made
-# of passes. Stops at the first failure.
+# dirty, faults and firecracker suites (discards against writers, aborts
+# counted per region, faults against a balloon's discards) for as long as
+# a configuration. A configuration runs at most 480 s at a time (its
+# Criterion timeout is 600 s), so long runs are made of passes. Stops at
+# the first failure.
 #
 # usage: sh scripts/stress.sh BUILD_DIR MINUTES
 set -u
@@ -32,7 +33,8 @@ while :; do
 	}
 	# The race tests of other suites, each for as long as a configuration.
 	for race in dirty:'dirty/discard_races_writers_*' \
-		faults:'faults/aborts_and_misses_counted_in_their_region'; do
+		faults:'faults/aborts_and_misses_counted_in_their_region' \
+		firecracker:'balloon/remove_race*'; do
 		FAULTD_STRESS_SECONDS=$secs "$build/tests/test-${race%%:*}" \
 			--filter "${race#*:}" || {
 			echo "stress: pass $pass FAILED (${race#*:})"

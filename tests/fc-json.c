@@ -344,6 +344,28 @@ static const struct fc_region two[] = {
 	{ 0x7f0100000000ull, 1024 * MIB, 3072 * MIB, 4096 },
 };
 
+/*
+ * fc_json_complete(): when a stream socket has delivered the handshake's
+ * whole value - every proper prefix of one is not yet (0), the whole of
+ * it is (1) - and what cannot begin an array is refused at once.
+ */
+Test(fc_json, complete_only_once_the_array_closes)
+{
+	size_t n = strlen(serde_fc_test);
+
+	for (size_t len = 0; len < n; len++)
+		cr_assert_eq(fc_json_complete(serde_fc_test, len), 0,
+			     "a prefix of %zu bytes is complete", len);
+	cr_assert_eq(fc_json_complete(serde_fc_test, n), 1);
+	cr_assert_eq(fc_json_complete(" \n[]", 4), 1);
+	cr_assert_eq(fc_json_complete("  ", 2), 0);
+	/* Brackets inside strings, escaped quotes, do not count. */
+	cr_assert_eq(fc_json_complete("[{\"a]\\\"]\":1}", 12), 0);
+	cr_assert_eq(fc_json_complete("[{\"a]\\\"]\":1}]", 13), 1);
+	cr_assert_eq(fc_json_complete("{\"a\":1}", 7), -EBADMSG);
+	cr_assert_eq(fc_json_complete(" x", 2), -EBADMSG);
+}
+
 Test(fc_check, back_to_back_regions_pass)
 {
 	cr_expect_eq(check(two, 2, 4096 * MIB, 0), 0, "%s", why);

@@ -6,7 +6,8 @@
  *   fc-client --socket PATH --mem-file FILE [--regions SIZE[,SIZE...]]
  *             [--page 4k|2m] [--threads T] [--fraction F] [--seed S]
  *             [--writes PCT] [--balloon OFF,LEN|none] [--timeout SEC]
- *             [--wait-start | --handshake-only] [--no-page-size-kib]
+ *             [--wait-start | --handshake-only] [--wait-mid] [--wait-end]
+ *             [--remove-race ROUNDS] [--no-page-size-kib]
  *             [--claim-page-size N] [--json-file FILE]
  *             [--attach uffd|none|file]
  *
@@ -39,6 +40,16 @@
  * page of every region finds the file's content outside the balloon and
  * zeros (and the markers) inside it.
  *
+ * --remove-race ROUNDS: instead of the passes above, pairs of threads
+ * (--threads, rounded down to pairs) race a fault with a balloon: in each
+ * round both threads of a pair wait for each other on a page never touched
+ * before; one reads it (a fault), the other discards it (MADV_DONTNEED, a
+ * REMOVE event), then reads it and must find zeros - any of the file's
+ * content there would be a fault answered with what the page held before
+ * it was discarded, or an install that landed after the discard. When all
+ * rounds are done, every raced page must still read zeros, and every other
+ * page the file's content.
+ *
  * Output: one JSON line on standard output: first_fault_ms (handshake
  * sent to the first touch done), all_in_ms (to the last touch of the
  * first pass done), gb_per_s (bytes of the touched pages over all_in_ms),
@@ -48,7 +59,12 @@
  * line (or end of file) on standard input before the guest starts.
  * --handshake-only: after the handshake, print {"ready":...} and wait
  * until the handler closes the connection (exit 3) or SIGTERM/SIGINT
- * (exit 0). --json-file sends that file's bytes instead of the regions'
+ * (exit 0). --wait-mid: after the first pass and its check, print
+ * {"first_pass":...} and wait for a line (or end of file) on standard
+ * input before the balloon: what the guest did not touch is the handler's
+ * to push meanwhile. --wait-end: after the output line, wait likewise
+ * before exiting, so that the handler can be asked about the VM while it
+ * lives. --json-file sends that file's bytes instead of the regions'
  * JSON, --claim-page-size puts N in the JSON's page size fields,
  * --no-page-size-kib leaves out the deprecated field, --attach sends the
  * userfaultfd, nothing, or the memory file's descriptor: handshakes a
@@ -66,6 +82,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -115,7 +132,8 @@ struct opts {
 	bool balloon_set, no_balloon;
 	uint64_t balloon_off, balloon_len;
 	unsigned int timeout;
-	bool wait_start, handshake_only, no_kib;
+	bool wait_start, handshake_only, no_kib, wait_end, wait_mid;
+	uint64_t race_rounds;	/* --remove-race */
 	size_t claim_page_size;	/* 0: the real one */
 	enum attach attach;
 };
@@ -254,6 +272,7 @@ static void usage(void)
 		"[--seed S] [--writes PCT]\n"
 		"       [--balloon OFF,LEN|none] [--timeout SEC] "
 		"[--wait-start | --handshake-only]\n"
+		"       [--wait-mid] [--wait-end] [--remove-race ROUNDS]\n"
 		"       [--no-page-size-kib] [--claim-page-size N] "
 		"[--json-file FILE]\n"
 		"       [--attach uffd|none|file]\n");
@@ -280,6 +299,9 @@ static void parse_one(struct opts *o, int c, char *arg)
 	case 'T': o->timeout = (unsigned int)parse_uint(arg, 86400); break;
 	case 'W': o->wait_start = true; break;
 	case 'H': o->handshake_only = true; break;
+	case 'E': o->wait_end = true; break;
+	case 'M': o->wait_mid = true; break;
+	case 'R': o->race_rounds = parse_uint(arg, ULONG_MAX); break;
 	case 'K': o->no_kib = true; break;
 	case 'P': o->claim_page_size = parse_uint(arg, ULONG_MAX); break;
 	case 'j': o->json_file = arg; break;
@@ -308,6 +330,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "wait-start", no_argument, NULL, 'W' },
 		{ "handshake-only", no_argument, NULL, 'H' },
+		{ "wait-end", no_argument, NULL, 'E' },
+		{ "wait-mid", no_argument, NULL, 'M' },
+		{ "remove-race", required_argument, NULL, 'R' },
 		{ "no-page-size-kib", no_argument, NULL, 'K' },
 		{ "claim-page-size", required_argument, NULL, 'P' },
 		{ "json-file", required_argument, NULL, 'j' },
@@ -798,6 +823,8 @@ static uint64_t percentile(uint64_t *v, uint64_t n, unsigned int pct)
 	return v[i < n ? i : n - 1];
 }
 
+static void wait_start(void);
+
 static void guest_run(struct guest *g)
 {
 	uint64_t n = (uint64_t)(g->o.fraction * (double)g->pages + 0.5), touched;
@@ -817,6 +844,12 @@ static void guest_run(struct guest *g)
 	gbps = (double)(n * g->o.page_size) / (all_in * 1e6);
 	qsort(g->lat, n, sizeof(*g->lat), cmp_u64);
 	run_pass(g, verify);
+	if (g->o.wait_mid) {
+		printf("{\"first_pass\":true,\"pages_touched\":%" PRIu64 "}\n",
+		       n);
+		fflush(stdout);
+		wait_start();
+	}
 	if (!g->o.no_balloon) {
 		balloon_ms = inflate(g);
 		balloon_pages(g);
@@ -836,6 +869,141 @@ static void guest_run(struct guest *g)
 	       percentile(g->lat, n, 50), percentile(g->lat, n, 99),
 	       g->o.no_balloon ? 0 : g->o.balloon_len, balloon_ms, g->pages,
 	       pass2_ms);
+}
+
+/* ------------------------------------------------------------------------
+ * --remove-race: a fault and a discard of the same page at once.
+ */
+
+struct pair {
+	struct guest *g;
+	pthread_t leader, follower;
+	_Atomic uint64_t go, seen, done;	/* round numbers */
+	_Atomic uint64_t page;
+};
+
+static atomic_uint_fast64_t race_next;	/* into g->order */
+static uint64_t *raced;			/* page of round k, or UINT64_MAX */
+
+static bool page_has_data(const struct guest *g, uint64_t p, uint8_t *buf)
+{
+	file_read(g, p * g->o.page_size, buf, g->o.page_size);
+	for (size_t i = 0; i < g->o.page_size; i++)
+		if (buf[i])
+			return true;
+	return false;
+}
+
+/* Wait for the other thread of the pair, leaving the CPU to the rest
+ * (the handler's threads, the discarding thread woken by the handler). */
+static void spin_until(_Atomic uint64_t *v, uint64_t want)
+{
+	while (atomic_load_explicit(v, memory_order_acquire) != want)
+		sched_yield();
+}
+
+/* The leader picks each round's page (one with data) and reads it. */
+static void *race_leader(void *arg)
+{
+	struct pair *pr = arg;
+	struct guest *g = pr->g;
+	uint8_t *buf = malloc(g->o.page_size);
+	uint64_t k, off;
+
+	while (buf && (k = atomic_fetch_add(&race_next, 1)) < g->count) {
+		uint64_t p = g->order[k];
+		volatile uint64_t *w;
+
+		if (!page_has_data(g, p, buf))
+			continue;
+		raced[k] = p;
+		atomic_store(&pr->page, p);
+		atomic_store_explicit(&pr->go, k + 1, memory_order_release);
+		spin_until(&pr->seen, k + 1);
+		w = (volatile uint64_t *)(page_addr(g, p, &off) +
+					  mix(g->o.seed, p) % (g->o.page_size / 8) * 8);
+		(void)*w;
+		spin_until(&pr->done, k + 1);
+	}
+	atomic_store_explicit(&pr->go, UINT64_MAX, memory_order_release);
+	free(buf);
+	return NULL;
+}
+
+/* The follower discards the page, then must read zeros there. */
+static void *race_follower(void *arg)
+{
+	struct pair *pr = arg;
+	struct guest *g = pr->g;
+	uint8_t *zero = calloc(1, g->o.page_size);
+	uint64_t last = 0, k, off;
+
+	while (zero) {
+		uint8_t *mem;
+
+		while ((k = atomic_load_explicit(&pr->go, memory_order_acquire)) ==
+		       last)
+			sched_yield();
+		if (k == UINT64_MAX)
+			break;
+		mem = page_addr(g, atomic_load(&pr->page), &off);
+		atomic_store_explicit(&pr->seen, k, memory_order_release);
+		if (madvise(mem, g->o.page_size, MADV_DONTNEED))
+			die(EXIT_ERROR, "madvise(MADV_DONTNEED): %s",
+			    strerror(errno));
+		page_check(g, mem, off, zero, "remove race: after MADV_DONTNEED");
+		if (atomic_load(&g->failed))
+			exit(EXIT_MISMATCH);
+		last = k;
+		atomic_store_explicit(&pr->done, k, memory_order_release);
+	}
+	free(zero);
+	return NULL;
+}
+
+/* After the race: raced pages read zeros, the others the file. */
+static void *race_verify(struct guest *g, uint64_t k, uint8_t *buf)
+{
+	uint64_t p = g->order[k], off;
+	uint8_t *mem = page_addr(g, p, &off);
+
+	if (raced[k] == p)
+		memset(buf, 0, g->o.page_size);
+	else
+		file_read(g, off, buf, g->o.page_size);
+	page_check(g, mem, off, buf, raced[k] == p ? "after the remove race: "
+		   "zeros expected" : "after the remove race");
+	return NULL;
+}
+
+static void race_run(struct guest *g)
+{
+	unsigned int pairs = g->o.threads / 2 ? g->o.threads / 2 : 1;
+	struct pair *pr = calloc(pairs, sizeof(*pr));
+	uint64_t rounds = g->o.race_rounds < g->pages ? g->o.race_rounds
+						      : g->pages;
+
+	g->order = malloc(g->pages * sizeof(*g->order));
+	raced = malloc(g->pages * sizeof(*raced));
+	if (!pr || !g->order || !raced)
+		die(EXIT_ERROR, "out of memory");
+	memset(raced, 0xff, g->pages * sizeof(*raced));
+	shuffle(g, rounds, 2);
+	for (unsigned int i = 0; i < pairs; i++) {
+		pr[i].g = g;
+		if (pthread_create(&pr[i].leader, NULL, race_leader, &pr[i]) ||
+		    pthread_create(&pr[i].follower, NULL, race_follower, &pr[i]))
+			die(EXIT_ERROR, "pthread_create failed");
+	}
+	for (unsigned int i = 0; i < pairs; i++) {
+		pthread_join(pr[i].leader, NULL);
+		pthread_join(pr[i].follower, NULL);
+	}
+	g->count = g->pages;
+	run_pass(g, race_verify);
+	printf("{\"remove_race\":%" PRIu64 ",\"pairs\":%u,\"pages\":%" PRIu64
+	       ",\"ok\":true}\n", rounds, pairs, g->pages);
+	free(pr);
 }
 
 /* ------------------------------------------------------------------------
@@ -904,7 +1072,14 @@ int main(int argc, char **argv)
 		wait_hangup(&g);
 	if (g.o.wait_start)
 		wait_start();
-	balloon_default(&g);
-	guest_run(&g);
+	if (g.o.race_rounds) {
+		race_run(&g);
+	} else {
+		balloon_default(&g);
+		guest_run(&g);
+	}
+	fflush(stdout);
+	if (g.o.wait_end)
+		wait_start();
 	return 0;
 }
