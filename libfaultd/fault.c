@@ -484,7 +484,10 @@ static int do_pager_fault(struct fault *f)
 		fill_release(f->r, &sp, true); /* the wake of an EEXIST */
 	} else {
 		ret = fault_fill_span(f, &sp, f->h->staging, &done);
-		fill_release(f->r, &sp, !done);
+		if (ret == FAULTD_PARK)
+			fill_release_parked(f->r, &sp, f->off);
+		else
+			fill_release(f->r, &sp, !done);
 		end = sp.end;
 	}
 	fault_readahead(f, end);

@@ -251,6 +251,20 @@ void fill_release(struct faultd_region *r, const struct fill_span *sp,
 }
 
 /*
+ * fill_release_parked() - fill_release(@wake) for a span whose faulting
+ * page @off is parked: that fault is tried again and wakes its thread
+ * then. Woken now, the thread would fault again, and the page be served
+ * (and counted) twice.
+ */
+void fill_release_parked(struct faultd_region *r, const struct fill_span *sp,
+			 uint64_t off)
+{
+	release_part(r, sp, sp->start, sp->end);
+	wake_part(r, sp->start, off);
+	wake_part(r, off + r->page_size, sp->end);
+}
+
+/*
  * fill_copy() - install [off, off + len) of @r from @src with UFFDIO_COPY
  * in @mode, stepping over pages that turn out present (EEXIST: a filler
  * without a claim was first). Fills in *res: the bytes covered from @off

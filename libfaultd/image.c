@@ -519,8 +519,14 @@ int image_open(int fd, const char *path, const struct img_key *key,
 	       struct image **imgp, const char **why)
 {
 	const char *w;
+	int ret = image_open_chain(fd, path, key, 0, NULL, imgp,
+				   why ? why : &w);
 
-	return image_open_chain(fd, path, key, 0, NULL, imgp, why ? why : &w);
+	/* A failure before the image was made leaves the ring its header
+	 * read made: the caller keeps none (image_close()). */
+	if (ret < 0)
+		ring_thread_close();
+	return ret;
 }
 
 /* The header of @fd, checked, into @h: before anything is allocated. */

@@ -578,6 +578,8 @@ void fill_trim(struct faultd_region *r, struct fill_span *sp, uint64_t start,
 	       size_t len);
 void fill_release(struct faultd_region *r, const struct fill_span *sp,
 		  bool wake);
+void fill_release_parked(struct faultd_region *r, const struct fill_span *sp,
+			 uint64_t off);
 int fill_copy(struct faultd_region *r, uint64_t off, const void *src,
 	      size_t len, uint64_t mode, uint64_t watch,
 	      struct fill_result *res);

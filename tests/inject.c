@@ -970,7 +970,7 @@ Test(inject, retried_poison_counted_once)
 	cr_assert_eq(inject_fired(INJ_POISON), 1);
 	disarm();
 	s = stats_of(r);
-	cr_expect_eq(s.faults, 1);
+	cr_expect_eq(s.faults, 1, "faults %llu", (unsigned long long)s.faults);
 	cr_expect_eq(s.eagain, 1);
 	cr_expect_eq(s.poisoned, 1, "one page, poisoned %llu times",
 		     (unsigned long long)s.poisoned);
