@@ -194,13 +194,18 @@ static uint64_t mix(uint64_t seed, uint64_t x)
 	return z ^ (z >> 31);
 }
 
+/* Where the guest is, for the message of a time-out. */
+static const char *volatile phase = "the handshake";
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "fc-client: timed out (--timeout): a fault "
-				  "was never answered?\n";
+				  "was never answered? during ";
+	const char *p = phase;
 
 	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
+	if (write(2, msg, sizeof(msg) - 1) < 0 ||
+	    write(2, p, strlen(p)) < 0 || write(2, "\n", 1) < 0)
 		_exit(EXIT_TIMEOUT);
 	_exit(EXIT_TIMEOUT);
 }
@@ -837,12 +842,14 @@ static void guest_run(struct guest *g)
 		die(EXIT_ERROR, "out of memory");
 	shuffle(g, n, 0);
 	atomic_store(&g->first_done, UINT64_MAX);
+	phase = "the first pass";
 	run_pass(g, touch);
 	touched = n;
 	first = (double)(atomic_load(&g->first_done) - g->sent_ns) / 1e6;
 	all_in = (double)(atomic_load(&g->last_done) - g->sent_ns) / 1e6;
 	gbps = (double)(n * g->o.page_size) / (all_in * 1e6);
 	qsort(g->lat, n, sizeof(*g->lat), cmp_u64);
+	phase = "the check of the first pass";
 	run_pass(g, verify);
 	if (g->o.wait_mid) {
 		printf("{\"first_pass\":true,\"pages_touched\":%" PRIu64 "}\n",
@@ -851,11 +858,14 @@ static void guest_run(struct guest *g)
 		wait_start();
 	}
 	if (!g->o.no_balloon) {
+		phase = "the balloon's inflation (MADV_DONTNEED)";
 		balloon_ms = inflate(g);
 		balloon_pages(g);
+		phase = "the check of the balloon";
 		run_pass(g, balloon_check);
 	}
 	shuffle(g, g->pages, 1);
+	phase = "the second pass";
 	pass2_ms = run_pass(g, second_pass);
 	printf("{\"regions\":%u,\"page_size\":%zu,\"bytes\":%" PRIu64
 	       ",\"threads\":%u,\"seed\":%" PRIu64 ",\"pages_touched\":%"

@@ -60,6 +60,13 @@ fc_example_start "$bench" "$dir" "$dir/mem" ${FC_SMOKE_HANDLER_ARGS:-} ||
 	--timeout 120 "$@" >"$dir/client.out" 2>"$dir/client.err"
 rc=$?
 cat "$dir/client.out" "$dir/client.err"
+if [ $rc -eq 4 ] && [ -n "$handler" ]; then
+	# A time-out: say where the handler is before it is killed.
+	echo "fc-smoke: the handler after the time-out:" >&2
+	grep -E '^(State|Threads)' "/proc/$handler/status" >&2
+	echo "wchan: $(cat "/proc/$handler/wchan" 2>/dev/null)" >&2
+	cat "/proc/$handler/stack" "$dir/handler.err" >&2 2>/dev/null
+fi
 [ $rc -eq 77 ] && exit 77
 if [ -n "${FC_SMOKE_MISMATCH:-}" ]; then
 	[ $rc -eq 1 ] || fail "fc-client exited $rc, not 1 (a mismatch)"
