@@ -149,7 +149,6 @@ static ssize_t source_read(struct faultd_region *r, uint64_t off, void *buf,
 			   size_t len, bool locked)
 {
 	int present = page_present(r, off);
-	ssize_t n;
 
 	if (present < 0)
 		return present;
@@ -163,10 +162,9 @@ static ssize_t source_read(struct faultd_region *r, uint64_t off, void *buf,
 	}
 	if (!pager_concurrent(r->pager) && !locked)
 		return FAULTD_RETRY;
-	n = pager_call_fill(r, r->pager, off, buf, len);
-	if (n >= 0 && (size_t)n < len)
-		faultd_clear((char *)buf + n, len - (size_t)n);
-	return n < 0 ? n : (ssize_t)len;
+	return install_fill_tail(buf, pager_call_fill(r, r->pager, off, buf,
+						      len),
+				 len);
 }
 
 /*

@@ -21,12 +21,6 @@
 
 #include "internal.h"
 
-/*
- * Enough zeros for the largest page a region may have (1 GiB). Address
- * space only: it is never written, so reading it maps the zero page.
- */
-#define ZERO_BUF_LEN (1ul << 30)
-
 static __thread const struct faultd_ctx *tls_locked_ctx;
 
 FAULTD_EXPORT const char *faultd_version(void)

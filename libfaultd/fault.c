@@ -111,6 +111,27 @@ static int fault_uffd(const struct fault *f)
 }
 
 /*
+ * fault_inst() - install [start, start + len) for @f through the one
+ * layer (install.c): @op from @src, write-protected where @f installs
+ * clean pages (FAULT_WP), with @flags INST_* besides. The layer wakes
+ * the waiters of what it found present or gone; fault_finish() reads
+ * *res for the faulting page.
+ */
+static void fault_inst(const struct fault *f, enum inst_op op,
+		       uintptr_t start, size_t len, const void *src,
+		       unsigned int flags, struct inst_res *res)
+{
+	struct inst_req q = {
+		.uffd = fault_uffd(f), .op = op, .dst = start, .len = len,
+		.flags = flags | ((f->flags & FAULT_WP) ? INST_WP : 0),
+		.page_size = f->len, .src = src,
+		.zeros_len = ZERO_BUF_LEN,
+	};
+
+	install_range(&q, res);
+}
+
+/*
  * fault_wake() - wake the waiters of the page without filling it: it is
  * there already (EEXIST), or its range is gone (ENOENT): an munmap() wakes
  * no one, so they would sleep on; woken, they get SIGSEGV. A wake that
@@ -121,15 +142,22 @@ static int fault_wake(const struct fault *f)
 	return uffd_wake(fault_uffd(f), f->addr, f->len) < 0 ? FAULTD_PARK : 0;
 }
 
-/*
- * fault_finish() - account for the result of a fill ioctl: the fault is
- * resolved as counted only when it is done.
- * Returns 0 when the fault is over, FAULTD_PARK to retry it later, or the
- * negative errno of a failure the caller must turn into a poison.
- */
-static int fault_finish(struct fault *f, ssize_t ret)
+/* The wake of a fault whose page is there or gone, unless made already. */
+static int fault_wake_unless(const struct fault *f,
+			     const struct inst_res *res)
 {
-	enum uffd_outcome how = uffd_classify(ret);
+	return res->woken ? 0 : fault_wake(f);
+}
+
+/*
+ * fault_finish() - account for what the install of the faulting page did
+ * (install_range()): the fault is resolved as counted only when it is
+ * done. Returns 0 when the fault is over, FAULTD_PARK to retry it later,
+ * or the negative errno of a failure the caller must turn into a poison.
+ */
+static int fault_finish(struct fault *f, const struct inst_res *res)
+{
+	enum uffd_outcome how = install_outcome(res);
 
 	if (how == UFFD_DONE)
 		return 0;
@@ -137,18 +165,26 @@ static int fault_finish(struct fault *f, ssize_t ret)
 	switch (how) {
 	case UFFD_EXISTS:
 		stat_inc(f->st, ST_EEXIST);
-		return fault_wake(f);
+		return fault_wake_unless(f, res);
 	case UFFD_AGAIN:
 		stat_inc(f->st, ST_EAGAIN);
 		return FAULTD_PARK;
 	case UFFD_GONE:
 		stat_inc(f->st, ST_GONE);
-		return fault_wake(f);
+		return fault_wake_unless(f, res);
 	case UFFD_DONE:
 	case UFFD_FAILED:
 		break;
 	}
-	return (int)ret;
+	return res->err;
+}
+
+/* fault_finish() for an install that stopped with @err before the page. */
+static int fault_finish_err(struct fault *f, int err)
+{
+	struct inst_res res = { .end = uffd_classify(err), .err = err };
+
+	return fault_finish(f, &res);
 }
 
 /*
@@ -168,12 +204,13 @@ static int poison_by_mprotect(struct fault *f)
 /* Counted as poisoned once done (a parked poison is retried). */
 static int poison_page(struct fault *f)
 {
+	struct inst_res res;
 	int ret;
 
 	fault_count_as(f, ST_POISONED);
 	if (uffd_have() & FAULTD_HAVE_POISON) {
-		ret = fault_finish(f, uffd_poison(fault_uffd(f), f->addr,
-						  f->len, 0));
+		fault_inst(f, INST_POISON, f->addr, f->len, NULL, 0, &res);
+		ret = fault_finish(f, &res);
 		if (ret >= 0)
 			return ret;
 		fd_err(f->r->ctx, "%s: UFFDIO_POISON: %s", f->r->name,
@@ -210,8 +247,8 @@ static void fault_before_write(struct fault *f, const void *old)
 /* Resolve with @len bytes copied from @src; poison if the copy fails. */
 static int fault_copy(struct fault *f, const void *src)
 {
-	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
-	ssize_t ret;
+	struct inst_res res;
+	int ret;
 
 	if (f->flags & FAULT_DIRTIES) {
 		/* Marked and installed under dirty_lock: see dirty.c. */
@@ -219,28 +256,13 @@ static int fault_copy(struct fault *f, const void *src)
 		pthread_rwlock_rdlock(&f->r->dirty_lock);
 		if (f->r->wp_mode == WP_SYNC)
 			dirty_mark(f->r, f->off, f->len);
-		ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, mode);
+		fault_inst(f, INST_COPY, f->addr, f->len, src, 0, &res);
 		pthread_rwlock_unlock(&f->r->dirty_lock);
 	} else {
-		ret = uffd_copy(fault_uffd(f), f->addr, src, f->len, mode);
+		fault_inst(f, INST_COPY, f->addr, f->len, src, 0, &res);
 	}
-	ret = fault_finish(f, ret);
-	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
-}
-
-/*
- * The naturally aligned fault-around window of @f, clipped to the region.
- * Returns its length and its start in *start.
- */
-static size_t fault_window(const struct fault *f, uintptr_t *start)
-{
-	const struct faultd_region *r = f->r;
-	uintptr_t s = f->addr & ~((uintptr_t)r->fault_around - 1);
-	uintptr_t e = s + r->fault_around;
-	uintptr_t end = r->base + atomic_load(&r->len);
-
-	*start = s < r->base ? r->base : s;
-	return (e > end ? end : e) - *start;
+	ret = fault_finish(f, &res);
+	return ret < 0 ? fault_poison(f, ret) : ret;
 }
 
 /*
@@ -257,29 +279,29 @@ static bool fault_around_ok(const struct fault *f)
 
 /*
  * fault_around() - like the kernel's ->map_pages(): resolve the whole
- * window [start, start + len) around the faulting page with one ioctl,
- * from @src (a copy) or from the zero page. The ioctl never replaces a
+ * window [start, start + len) around the faulting page with zeros in one
+ * install, copied (@zero_copy) or the zero page. The ioctl never replaces a
  * present page: one in the window stops it short, and the faulting page
  * is then resolved on its own unless it was among those filled (what was
  * filled stays, as a prefetch).
  * Returns whether the faulting page is resolved (and its waiters woken).
  */
-static bool fault_around(struct fault *f, const void *src, uintptr_t start,
+static bool fault_around(struct fault *f, bool zero_copy, uintptr_t start,
 			 size_t len)
 {
-	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
 	uint64_t extra = len / f->len - 1, done;
-	ssize_t n;
+	struct inst_res res;
 
 	/* Counted before the ioctl wakes the thread, as fault_commit(). */
 	stat_add(f->st, ST_AROUND, extra);
-	n = src ? uffd_copy(fault_uffd(f), start, src, len, mode)
-		: uffd_zeropage(fault_uffd(f), start, len, 0);
-	if (n == (ssize_t)len)
+	fault_inst(f, INST_ZERO, start, len, f->r->ctx->zero_page,
+		   INST_STOP_PRESENT | (zero_copy ? INST_ZERO_COPY : 0), &res);
+	if (res.done == len)
 		return true;
-	/* Stopped short. Only this thread writes the counter. */
-	done = n > 0 ? (uint64_t)n / f->len : 0;
-	if (f->addr < start + done * f->len) {
+	/* Stopped short. Only this thread writes the counter. A page in no
+	 * mapping before it: the faulting page is resolved on its own. */
+	done = res.done / f->len;
+	if (!res.gone && f->addr < start + done * f->len) {
 		stat_add(f->st, ST_AROUND, done - 1 - extra);
 		return true;
 	}
@@ -308,22 +330,22 @@ static bool zero_by_copy(const struct fault *f)
  */
 static int do_zero_fault(struct fault *f)
 {
-	const void *zeros = f->r->ctx->zero_page;
+	struct inst_res res;
 	uintptr_t start;
 	size_t len;
-	ssize_t ret;
+	int ret;
 
 	fault_commit(f, ST_ZERO_FILLS);
 	if (fault_around_ok(f)) {
-		len = fault_window(f, &start);
-		if (fault_around(f, zero_by_copy(f) ? zeros : NULL, start, len))
+		len = fill_window(f->r, f->addr, &start);
+		if (fault_around(f, zero_by_copy(f), start, len))
 			return 0;
 	}
 	if (zero_by_copy(f))
-		return fault_copy(f, zeros);
-	ret = uffd_zeropage(fault_uffd(f), f->addr, f->len, 0);
-	ret = fault_finish(f, ret);
-	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
+		return fault_copy(f, f->r->ctx->zero_page);
+	fault_inst(f, INST_ZERO, f->addr, f->len, NULL, 0, &res);
+	ret = fault_finish(f, &res);
+	return ret < 0 ? fault_poison(f, ret) : ret;
 }
 
 /*
@@ -370,7 +392,7 @@ static bool fault_claim(struct fault *f, struct fill_span *sp)
 	uint64_t s;
 
 	if (fault_around_ok(f))
-		len = fault_window(f, &start);
+		len = fill_window(f->r, f->addr, &start);
 	if (!fill_claim(f->r, f->off, start - f->r->base,
 			start - f->r->base + len, sp))
 		return false;
@@ -392,14 +414,14 @@ static bool fault_claim(struct fault *f, struct fill_span *sp)
 static int fault_install(struct fault *f, uint64_t s, const void *buf,
 			 size_t len, bool *done)
 {
-	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_COPY_MODE_WP : 0;
 	uint64_t extra = len / f->len - 1, got;
 	struct fill_result res;
 	bool covered;
 	int err;
 
 	stat_add(f->st, ST_AROUND, extra);
-	err = fill_copy(f->r, s, buf, len, mode, f->off, &res);
+	err = fill_copy(f->r, s, buf, len,
+			(f->flags & FAULT_WP) ? INST_WP : 0, f->off, &res);
 	*done = res.done == len;
 	covered = res.done > f->off - s;
 	got = res.installed / f->len - (covered && !res.watch_present);
@@ -414,7 +436,7 @@ static int fault_install(struct fault *f, uint64_t s, const void *buf,
 		return 0;
 	if (len > f->len && uffd_classify(err) == UFFD_FAILED)
 		return fault_copy(f, (const char *)buf + (f->off - s));
-	err = fault_finish(f, err);
+	err = fault_finish_err(f, err);
 	return err < 0 ? fault_poison(f, err) : err;
 }
 
@@ -444,8 +466,7 @@ static int fault_fill_span(struct fault *f, const struct fill_span *sp,
 		stat_inc(f->st, ST_PAGER_ERRORS);
 		return fault_poison(f, (int)n);
 	}
-	if ((size_t)n < len)
-		faultd_clear(buf + n, len - (size_t)n);
+	install_fill_tail(buf, n, len);
 	if (fault_around_ok(f)) {
 		ret = fault_install(f, s, buf, len, done);
 	} else {
@@ -508,13 +529,14 @@ static int do_missing_fault(struct fault *f)
  */
 static int fault_continue(struct fault *f, bool prepared)
 {
-	uint64_t mode = (f->flags & FAULT_WP) ? UFFDIO_CONTINUE_MODE_WP : 0;
-	ssize_t ret = uffd_continue(fault_uffd(f), f->addr, f->len, mode);
+	struct inst_res res;
+	int ret;
 
-	if (prepared && uffd_classify(ret) == UFFD_EXISTS)
-		return fault_wake(f);
-	ret = fault_finish(f, ret);
-	return ret < 0 ? fault_poison(f, (int)ret) : (int)ret;
+	fault_inst(f, INST_CONTINUE, f->addr, f->len, NULL, 0, &res);
+	if (prepared && install_outcome(&res) == UFFD_EXISTS)
+		return fault_wake_unless(f, &res);
+	ret = fault_finish(f, &res);
+	return ret < 0 ? fault_poison(f, ret) : ret;
 }
 
 /*
@@ -542,8 +564,7 @@ static int base_prepare(struct fault *f, bool stale)
 		stat_inc(f->st, ST_PAGER_ERRORS);
 		return (int)n;
 	}
-	if ((size_t)n < f->len)
-		faultd_clear(p + n, f->len - (size_t)n);
+	install_fill_tail(p, n, f->len);
 	return 0;
 }
 
@@ -654,7 +675,7 @@ static int fault_unprotect(struct fault *f)
 		dirty_mark(r, f->off, f->len);
 	ret = uffd_writeprotect(fault_uffd(f), f->addr, f->len, false);
 	pthread_rwlock_unlock(&r->dirty_lock);
-	ret = fault_finish(f, ret);
+	ret = fault_finish_err(f, ret);
 	if (ret >= 0)
 		return ret;
 	/* The writer must not sleep forever: it faults again and retries. */

@@ -265,34 +265,46 @@ void fill_release_parked(struct faultd_region *r, const struct fill_span *sp,
 }
 
 /*
- * fill_copy() - install [off, off + len) of @r from @src with UFFDIO_COPY
- * in @mode, stepping over pages that turn out present (EEXIST: a filler
- * without a claim was first). Fills in *res: the bytes covered from @off
- * (installed or stepped over), those installed, and whether the page at
- * @watch was stepped over. Returns 0 when all are covered, else the
- * -errno that stopped the copy at res->done.
+ * fill_window() - the naturally aligned fault-around window of the page at
+ * address @page (the page alone without fault-around), clipped to the
+ * region: its length, its start in *start.
+ */
+size_t fill_window(const struct faultd_region *r, uintptr_t page,
+		   uintptr_t *start)
+{
+	size_t w = r->fault_around ? r->fault_around : r->page_size;
+	uintptr_t s = page & ~((uintptr_t)w - 1), e = s + w;
+	uintptr_t end = r->base + atomic_load(&r->len);
+
+	*start = s < r->base ? r->base : s;
+	return (e > end ? end : e) - *start;
+}
+
+/*
+ * fill_copy() - install [off, off + len) of @r from @src (install_range(),
+ * @flags INST_*), stepping over pages that turn out present (a filler
+ * without a claim was first) or in no mapping. Fills in *res: the bytes
+ * covered from @off (installed, stepped over), those installed, and
+ * whether the page at @watch (UINT64_MAX: none) was present. Returns 0
+ * when all are covered, else the -errno that stopped the copy at
+ * res->done.
  */
 int fill_copy(struct faultd_region *r, uint64_t off, const void *src,
-	      size_t len, uint64_t mode, uint64_t watch,
+	      size_t len, unsigned int flags, uint64_t watch,
 	      struct fill_result *res)
 {
-	size_t ps = r->page_size;
+	struct inst_req q = {
+		.uffd = r->group->uffd, .op = INST_COPY, .flags = flags,
+		.dst = r->base + off, .len = len, .page_size = r->page_size,
+		.src = src, .watch = watch == UINT64_MAX ? 0 : r->base + watch,
+	};
+	struct inst_res ir;
 
-	memset(res, 0, sizeof(*res));
-	while (res->done < len) {
-		ssize_t n = uffd_copy(r->group->uffd, r->base + off + res->done,
-				      (const char *)src + res->done,
-				      len - res->done, mode);
-
-		if (n > 0) {
-			res->done += (size_t)n;
-			res->installed += (size_t)n;
-		} else if (n == -EEXIST) {
-			res->watch_present |= off + res->done == watch;
-			res->done += ps;
-		} else {
-			return n ? (int)n : -EIO;
-		}
-	}
-	return 0;
+	install_range(&q, &ir);
+	res->installed = ir.done;
+	res->done = ir.done + ir.present + ir.gone;
+	res->watch_present = ir.watch_present;
+	if (ir.end == UFFD_DONE)
+		return 0;
+	return ir.err ? ir.err : -EIO;
 }

@@ -14,14 +14,16 @@
  * fix to how a result is read is made here once, for every path.
  *
  * What install_range() never does: decide what the content is (the caller fills
- * the buffer, or asks for zeros), poison on its own (a failure is reported;
- * the caller knows whether poisoning is right), or count statistics.
+ * the buffer, or asks for zeros, and install_fill_tail() zeros the part a
+ * short fill left), poison on its own (a failure is reported; the caller
+ * knows whether poisoning is right), or count statistics.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "faultd.h"
 #include "uffd.h"
 
 /*
@@ -131,7 +133,9 @@ static ssize_t install_piece(const struct inst_req *q, size_t off)
  * the range or the process is gone; FAILED: res->err, the caller poisons
  * or reports). Unless INST_DONTWAKE, the range's waiters are woken when
  * the call ends with pages present or the range gone, since a failed
- * ioctl wakes no one; never on AGAIN (the caller retries) or FAILED.
+ * ioctl wakes no one; never on AGAIN (the caller retries) or FAILED;
+ * res->woken says the wake was made. res->watch_present: the page at
+ * q->watch was one of those present.
  * Context: any thread; no lock of the library is taken.
  */
 void install_range(const struct inst_req *q, struct inst_res *res)
@@ -150,6 +154,7 @@ void install_range(const struct inst_req *q, struct inst_res *res)
 			continue;
 		}
 		if (o == UFFD_EXISTS && !(q->flags & INST_STOP_PRESENT)) {
+			res->watch_present |= q->dst + off == q->watch;
 			res->present += q->page_size;
 			off += q->page_size;
 			continue;
@@ -166,8 +171,11 @@ void install_range(const struct inst_req *q, struct inst_res *res)
 			one.src = q->op == INST_COPY
 					  ? (const char *)q->src + off
 					  : q->src;
-			n = install_piece(&one, 0);
-			o = uffd_classify(n);
+			/* A page alone already: that was its answer. */
+			if (q->len - off > q->page_size) {
+				n = install_piece(&one, 0);
+				o = uffd_classify(n);
+			}
 			if (n == -ENOENT || o == UFFD_DONE ||
 			    (o == UFFD_EXISTS &&
 			     !(q->flags & INST_STOP_PRESENT))) {
@@ -177,6 +185,8 @@ void install_range(const struct inst_req *q, struct inst_res *res)
 					res->present += q->page_size;
 				else
 					res->gone += q->page_size;
+				res->watch_present |= o == UFFD_EXISTS &&
+						      one.dst == q->watch;
 				off += q->page_size;
 				continue;
 			}
@@ -189,7 +199,22 @@ void install_range(const struct inst_req *q, struct inst_res *res)
 	    (res->end == UFFD_GONE ||
 	     ((res->present || res->gone) && res->end != UFFD_AGAIN &&
 	      res->end != UFFD_FAILED)))
-		uffd_wake(q->uffd, q->dst, q->len);
+		res->woken = !uffd_wake(q->uffd, q->dst, q->len);
+}
+
+/*
+ * install_outcome() - what install_range() did, as one outcome, for a
+ * caller that installs one page (or wants the first reason it was not
+ * installed): the stop if it stopped, else EXISTS if a page was present,
+ * GONE if one was in no mapping, DONE when all went in.
+ */
+enum uffd_outcome install_outcome(const struct inst_res *res)
+{
+	if (res->end != UFFD_DONE)
+		return res->end;
+	if (res->present)
+		return UFFD_EXISTS;
+	return res->gone ? UFFD_GONE : UFFD_DONE;
 }
 
 /*
@@ -201,6 +226,6 @@ ssize_t install_fill_tail(void *buf, ssize_t n, size_t len)
 {
 	if (n < 0 || (size_t)n >= len)
 		return n < 0 ? n : (ssize_t)len;
-	memset((char *)buf + n, 0, len - (size_t)n);
+	faultd_clear((char *)buf + n, len - (size_t)n);
 	return (ssize_t)len;
 }

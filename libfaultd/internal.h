@@ -178,6 +178,12 @@ void clear_with(int strategy, void *dst, size_t len);
 
 struct region_map;
 
+/*
+ * Enough zeros for the largest page a region may have (1 GiB). Address
+ * space only: it is never written, so reading it maps the zero page.
+ */
+#define ZERO_BUF_LEN (1ul << 30)
+
 struct faultd_ctx {
 	/*
 	 * The context lock. Write: any change of the region map (create,
@@ -213,7 +219,8 @@ struct faultd_ctx {
 	struct lock_stats wlocks;
 	uint64_t write_since;	/* when map_lock was write-locked */
 
-	/* A page of zeros, never written: the source of zero-fill copies. */
+	/* ZERO_BUF_LEN bytes of zeros, never written: the source of
+	 * zero-fill copies. */
 	void *zero_page;
 	int pagemap_fd;	/* /proc/self/pagemap, for PAGEMAP_SCAN */
 
@@ -580,8 +587,10 @@ void fill_release(struct faultd_region *r, const struct fill_span *sp,
 		  bool wake);
 void fill_release_parked(struct faultd_region *r, const struct fill_span *sp,
 			 uint64_t off);
+size_t fill_window(const struct faultd_region *r, uintptr_t page,
+		   uintptr_t *start);
 int fill_copy(struct faultd_region *r, uint64_t off, const void *src,
-	      size_t len, uint64_t mode, uint64_t watch,
+	      size_t len, unsigned int flags, uint64_t watch,
 	      struct fill_result *res);
 
 /* ------------------------------------------------------------------------

@@ -87,7 +87,6 @@ struct readahead {
 static bool copy_run(struct faultd_region *r, uint64_t off, size_t len,
 		     void *buf)
 {
-	uint64_t mode = r->wp_mode != WP_NONE ? UFFDIO_COPY_MODE_WP : 0;
 	const void *src = r->ctx->zero_page;
 	struct fill_result res;
 	ssize_t n;
@@ -100,11 +99,11 @@ static bool copy_run(struct faultd_region *r, uint64_t off, size_t len,
 			return false;
 		}
 		stat_add_shared(r->bg_stats, ST_BYTES_READ, (uint64_t)n);
-		if ((size_t)n < len)
-			faultd_clear((char *)buf + n, len - (size_t)n);
+		install_fill_tail(buf, n, len);
 		src = buf;
 	}
-	err = fill_copy(r, off, src, len, mode, UINT64_MAX, &res);
+	err = fill_copy(r, off, src, len, r->wp_mode != WP_NONE ? INST_WP : 0,
+			UINT64_MAX, &res);
 	stat_add_shared(r->bg_stats, ST_READAHEAD, res.installed / r->page_size);
 	return !err;
 }
@@ -139,6 +138,22 @@ static void copy_populate(struct faultd_region *r, uint64_t off, size_t len,
 }
 
 /*
+ * base_map() - map [off, off + len) from the page cache, write-protected
+ * (clean). A page that another thread mapped first, or one gone, is
+ * stepped over; one that cannot be mapped now (an event is pending, or
+ * the ioctl fails) is left to the fault that needs it, which maps it.
+ */
+static void base_map(struct faultd_region *r, uint64_t off, size_t len)
+{
+	struct inst_req q = { .uffd = r->group->uffd, .op = INST_CONTINUE,
+			      .flags = INST_WP, .dst = r->base + off,
+			      .len = len, .page_size = r->page_size };
+	struct inst_res res;
+
+	install_range(&q, &res);
+}
+
+/*
  * base_run() - pages [off, off + len) of a region with a budget, claimed
  * by the caller and charged to the budget: fill them in the page cache
  * and map them (write-protected: they are clean).
@@ -161,10 +176,8 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 		return;
 	}
 	stat_add_shared(r->bg_stats, ST_BYTES_READ, (uint64_t)n);
-	if ((size_t)n < len)
-		faultd_clear(b->alias + off + n, len - (size_t)n);
-	uffd_continue(r->group->uffd, r->base + off, len,
-		      UFFDIO_CONTINUE_MODE_WP);
+	install_fill_tail(b->alias + off, n, len);
+	base_map(r, off, len);
 	evict_mapped(r, off, len);
 	for (uint64_t o = off; o < off + len; o += ps)
 		base_release(base_state(b, o), PAGE_READY);

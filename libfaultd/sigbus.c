@@ -93,18 +93,6 @@ static void sig_count(struct faultd_region *r, enum stat_item i)
 	stat_add_shared(r->bg_stats, i, 1);
 }
 
-/* The window to fill: the fault-around window, or the page. */
-static size_t sig_window(struct faultd_region *r, uintptr_t page,
-			 uintptr_t *start)
-{
-	size_t w = r->fault_around ? r->fault_around : r->page_size;
-	uintptr_t s = page & ~((uintptr_t)w - 1), e = s + w;
-	uintptr_t end = r->base + atomic_load(&r->len);
-
-	*start = s < r->base ? r->base : s;
-	return (e > end ? end : e) - *start;
-}
-
 /* Fill [start, start + len) with the pager's content; -errno on error. */
 static ssize_t sig_fill(struct faultd_region *r, uintptr_t start, size_t len,
 			void *buf)
@@ -112,11 +100,9 @@ static ssize_t sig_fill(struct faultd_region *r, uintptr_t start, size_t len,
 	ssize_t n = r->pager->p.fill(r->pager->p.arg, r, start - r->base, buf,
 				     len);
 
-	if (n < 0 || n > (ssize_t)len)
-		return n < 0 ? n : -ERANGE;
-	if ((size_t)n < len)
-		faultd_clear((char *)buf + n, len - (size_t)n);
-	return (ssize_t)len;
+	if (n > (ssize_t)len)
+		return -ERANGE;
+	return install_fill_tail(buf, n, len);
 }
 
 /*
@@ -130,17 +116,23 @@ static ssize_t sig_fill(struct faultd_region *r, uintptr_t start, size_t len,
 static bool sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
 		    size_t len, const char *src, bool write)
 {
-	int fd = r->group->uffd;
-	bool copy = src || write || r->kind == REGION_HUGETLB;
-	const char *from = src ? src : (const char *)r->ctx->zero_page;
 	size_t ps = r->page_size;
+	/* No thread waits on a userfaultfd here: nobody to wake. */
+	struct inst_req q = {
+		.uffd = r->group->uffd, .op = src ? INST_COPY : INST_ZERO,
+		.flags = INST_STOP_PRESENT | INST_DONTWAKE |
+			 (write || r->kind == REGION_HUGETLB ? INST_ZERO_COPY
+							     : 0),
+		.dst = start, .len = len, .page_size = ps,
+		.src = src ? src : r->ctx->zero_page,
+		.zeros_len = ZERO_BUF_LEN,
+	};
+	struct inst_res res;
 	uintptr_t done;
-	ssize_t n;
 
-	n = copy ? uffd_copy(fd, start, from, len, 0)
-		 : uffd_zeropage(fd, start, len, 0);
-	done = start + (n > 0 ? (size_t)n / ps * ps : 0);
-	if (page < done) { /* the others, as fault_around() counts them */
+	install_range(&q, &res);
+	done = start + res.done;
+	if (!res.gone && page < done) { /* the others, as fault_around() */
 		if (done - start > ps)
 			stat_add_shared(r->bg_stats, ST_AROUND,
 					(done - start) / ps - 1);
@@ -148,15 +140,18 @@ static bool sig_map(struct faultd_region *r, uintptr_t page, uintptr_t start,
 	}
 	if (done > start)
 		stat_add_shared(r->bg_stats, ST_AROUND, (done - start) / ps);
-	if (len > ps)
-		n = copy ? uffd_copy(fd, page, from + (src ? page - start : 0),
-				     ps, 0)
-			 : uffd_zeropage(fd, page, ps, 0);
-	if (n == -EEXIST)
+	if (len > ps) {
+		q.dst = page;
+		q.len = ps;
+		if (src)
+			q.src = src + (page - start);
+		install_range(&q, &res);
+	}
+	if (install_outcome(&res) == UFFD_EXISTS)
 		sig_count(r, ST_EEXIST);
-	else if (n == -EAGAIN)
+	else if (install_outcome(&res) == UFFD_AGAIN)
 		sig_count(r, ST_EAGAIN);
-	return n == (ssize_t)ps;
+	return res.done == ps;
 }
 
 /* The index of @addr's page in the poisoned bitmap. */
@@ -200,11 +195,23 @@ void sigbus_discarded(struct faultd_region *r, uint64_t off, size_t len)
 	}
 }
 
+/* Poison the page at @page (UFFDIO_POISON): whether it was. */
+static bool sig_poison(struct faultd_region *r, uintptr_t page)
+{
+	struct inst_req q = { .uffd = r->group->uffd, .op = INST_POISON,
+			      .flags = INST_DONTWAKE, .dst = page,
+			      .len = r->page_size, .page_size = r->page_size };
+	struct inst_res res;
+
+	install_range(&q, &res);
+	return res.done == r->page_size;
+}
+
 /* Resolve the fault at @addr of @r. */
 static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 {
 	uintptr_t page = addr & ~((uintptr_t)r->page_size - 1), start;
-	size_t len = sig_window(r, page, &start);
+	size_t len = fill_window(r, page, &start);
 	unsigned int slot;
 	void *buf;
 
@@ -225,7 +232,7 @@ static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 		sig_count(r, ST_PAGER_ERRORS);
 		sig_count(r, ST_POISONED);
 		sig_mark_poisoned(r, page);
-		if (uffd_poison(r->group->uffd, page, r->page_size, 0) < 0)
+		if (!sig_poison(r, page))
 			mprotect((void *)page, r->page_size, PROT_NONE);
 	}
 	atomic_store(&r->sig_staging->busy[slot], false);

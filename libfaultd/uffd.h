@@ -85,6 +85,7 @@ struct inst_req {
 	 * for the layer's own (up to 2 MiB pages). */
 	const void *src;
 	size_t zeros_len;
+	uintptr_t watch;	/* a page to report on (0: none) */
 };
 
 struct inst_res {
@@ -93,9 +94,12 @@ struct inst_res {
 	size_t gone;		/* bytes in no registered mapping (ENOENT) */
 	enum uffd_outcome end;	/* UFFD_DONE: reached the end; else why not */
 	int err;		/* -errno of the stop, when it stopped */
+	bool watch_present;	/* q->watch was stepped over, present */
+	bool woken;		/* the layer woke the range's waiters */
 };
 
 void install_range(const struct inst_req *q, struct inst_res *res);
+enum uffd_outcome install_outcome(const struct inst_res *res);
 const void *install_zeros(size_t len);
 ssize_t install_fill_tail(void *buf, ssize_t n, size_t len);
 
