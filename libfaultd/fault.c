@@ -648,16 +648,18 @@ static int do_heap_fault(struct fault *f)
 	struct faultd_heap *h = f->r->heap;
 	int ret;
 
-	if (heap_fault_below_break(h, f->addr))
-		return do_zero_fault(f);
-	if (!heap_note_poison(h, f->addr)) /* the break just moved over it */
-		return do_heap_fault(f);
-	fault_commit(f, ST_NR);
-	fd_dbg(f->r->ctx, "%s: access above the break at offset %#llx: SIGBUS",
-	       f->r->name, (unsigned long long)f->off);
-	ret = poison_page(f);
-	heap_poisoned(h, f->addr);
-	return ret;
+	while (!heap_fault_below_break(h, f->addr)) {
+		if (!heap_note_poison(h, f->addr))
+			continue; /* the break just moved over it: again */
+		fault_commit(f, ST_NR);
+		fd_dbg(f->r->ctx, "%s: access above the break at offset "
+			"%#llx: SIGBUS", f->r->name,
+		       (unsigned long long)f->off);
+		ret = poison_page(f);
+		heap_poisoned(h, f->addr);
+		return ret;
+	}
+	return do_zero_fault(f);
 }
 
 /*
