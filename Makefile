@@ -10,7 +10,14 @@
 #   make stress MINUTES=n  a long run of the stress and load suites
 #   make numa-check  the tests and placement on a two-node NUMA guest
 #               running the Debian 12 kernel (6.1), see scripts/
+#
+# Every build directory this file sets up treats a warning as an error
+# (WERROR=false for a compiler newer than the one CI uses), as do the
+# sanitizer and fuzz builds (scripts/sanitize.sh, tests/fuzz/run.sh). A
+# directory set up before keeps its own setting: CI starts from a clean
+# checkout.
 BUILD ?= build
+WERROR ?= true
 MESON_OPTS ?=
 MINUTES ?= 10
 PLOTS ?= docs/plots
@@ -28,7 +35,7 @@ deps:
 	@sh scripts/deps.sh
 
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) $(MESON_OPTS)
+	meson setup $(BUILD) -Dwerror=$(WERROR) $(MESON_OPTS)
 
 build: deps
 	@$(MAKE) --no-print-directory $(BUILD)/build.ninja
@@ -52,7 +59,8 @@ test: build
 
 check-inject: build
 	@[ -f $(FI_BUILD)/build.ninja ] || meson setup $(FI_BUILD) \
-		-Dfault-injection=true -Dexamples=false -Dbench=false
+		-Dwerror=$(WERROR) -Dfault-injection=true -Dexamples=false \
+		-Dbench=false
 	ninja -C $(FI_BUILD) tests/test-inject daemon/faultd
 	meson test -C $(FI_BUILD) --no-rebuild --suite inject --print-errorlogs
 

@@ -5,7 +5,8 @@
 # after the other, one process each. The fuzzers work on copies of the
 # corpora in a temporary directory, never in the tree. Exits non-zero on
 # the first crash, naming its input: once the bug is fixed, copy that to
-# tests/fuzz/regressions/TARGET/.
+# tests/fuzz/regressions/TARGET/. A directory configured here treats
+# warnings as errors, as the sanitizer builds do.
 set -eu
 
 if [ $# -ne 2 ]; then
@@ -19,8 +20,8 @@ src=$(cd "$here/../.." && pwd)
 targets="proto image fc_json"
 
 if [ ! -f "$build/build.ninja" ]; then
-	CC=clang meson setup "$build" "$src" -Dfuzz=true -Dtests=false \
-		-Dexamples=false -Dbench=false
+	CC=clang meson setup "$build" "$src" -Dwerror=true -Dfuzz=true \
+		-Dtests=false -Dexamples=false -Dbench=false
 elif ! meson introspect --buildoptions "$build" |
 	grep -q '"name": "fuzz", "value": true'; then
 	meson configure "$build" -Dfuzz=true
