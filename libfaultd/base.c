@@ -69,6 +69,7 @@ int base_create(struct faultd_region *r)
 	atomic_init(&b->refs, 1);
 	b->pager = pager_get(r->pager);
 	r->cache = b;
+	r->ops = r->ev ? &budget_ops : &base_ops;
 	return 0;
 }
 

@@ -31,7 +31,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "fault.h"
 
 #define SNAP_LOCKS 64
 
@@ -337,6 +337,7 @@ void clone_child_destroy_locked(struct faultd_region *child)
 		pthread_rwlock_unlock(&s->parent->lock);
 	}
 	child->cow = NULL;
+	child->ops = &missing_ops;
 	snap_free(s);
 }
 
@@ -413,6 +414,7 @@ static int clone_freeze(struct faultd_region *p)
 	map_write_lock(ctx);
 	pthread_rwlock_wrlock(&p->lock);
 	p->kind = REGION_MEMFD_PRIVATE;
+	p->ops = &view_ops;
 	pthread_rwlock_unlock(&p->lock);
 	map_write_unlock(ctx);
 	return 0;
@@ -496,6 +498,7 @@ static int clone_copy(struct faultd_region *p, const struct faultd_clone_opts *c
 		s->next = p->snaps;
 		p->snaps = s;
 		child->cow = s;
+		child->ops = &cow_ops;
 	}
 	pthread_rwlock_unlock(&p->lock);
 	map_write_unlock(p->ctx);
@@ -538,4 +541,53 @@ FAULTD_EXPORT int faultd_region_clone(struct faultd_region *p,
 	if (p->kind != REGION_ANON || p->wp_mode == WP_ASYNC)
 		return -EOPNOTSUPP;
 	return clone_copy(p, &c, childp);
+}
+
+/* ------------------------------------------------------------------------
+ * A copy-on-write clone's faults (cow_ops, kinds.c).
+ */
+
+/*
+ * fault_cow_prepare() - like vmf_anon_prepare(): a clone's private page
+ * state is allocated by its first COW fault, and only under the context
+ * lock; the fast path retries there. Later faults find it.
+ */
+static int fault_cow_prepare(struct fault *f)
+{
+	int ret;
+
+	if (likely(clone_prepared(f->r)))
+		return 0;
+	if (!(f->flags & FAULT_LOCKED))
+		return FAULTD_RETRY;
+	ret = clone_prepare_locked(f->r);
+	if (ret > 0)
+		stat_inc(f->st, ST_COW_PREPARE);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * do_cow_fault() - a missing page of a copy-on-write clone: the parent's
+ * content as of the clone, read without faulting (clone.c). A read
+ * installs it write-protected, a write makes it the clone's own at once.
+ */
+int do_cow_fault(struct fault *f)
+{
+	void *buf = f->h->staging;
+	ssize_t n;
+	int ret;
+
+	ret = fault_cow_prepare(f);
+	if (ret)
+		return ret < 0 ? fault_poison(f, ret) : ret;
+	n = clone_read(f->r, f->off, buf, f->len, f->flags & FAULT_LOCKED);
+	if (n == FAULTD_RETRY)
+		return FAULTD_RETRY;
+	if (n < 0) {
+		fault_commit(f, ST_NR);
+		return fault_poison(f, (int)n);
+	}
+	clone_own(f->r, f->off);
+	fault_commit(f, (f->flags & FAULT_WRITE) ? ST_COW : ST_COW_READS);
+	return fault_copy(f, buf);
 }

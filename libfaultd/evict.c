@@ -674,8 +674,7 @@ static int sync_check(struct faultd_region *r, uint64_t off, size_t len)
 	if (off >= cur || len > cur - off)
 		return -EINVAL;
 	p = r->cache ? r->cache->pager : r->pager;
-	if (r->wp_mode == WP_NONE || !p || !p->p.writeback || r->cow ||
-	    r->kind == REGION_MEMFD_PRIVATE)
+	if (r->wp_mode == WP_NONE || !p || !p->p.writeback || !r->ops->sync)
 		return -EOPNOTSUPP; /* a clone's pages are not the file's */
 	if (r->snaps) /* clones read unfilled pages from the file */
 		return -EBUSY;

@@ -9,6 +9,11 @@
  * and handled with the context lock held for reading. In FAULTD_LOCK_GLOBAL
  * mode every fault takes that second path.
  *
+ * A fault is resolved as its region's kind does it (r->ops, kinds.c):
+ * here the missing and write-protect faults and the steps every kind's
+ * fault code is made of (fault.h); the heap's, the page-cache base's and
+ * the copy-on-write clone's are in heap.c, base_fault.c and clone.c.
+ *
  * Every path ends in exactly one of: the page filled (waking the waiters),
  * the waiters woken because someone else filled it, the page poisoned, the
  * fault parked for a retry, or the waiters woken to find the memory gone.
@@ -21,26 +26,7 @@
 #include <sys/mman.h>
 #include <urcu/urcu-bp.h>
 
-#include "internal.h"
-
-/* The fault being handled, like struct vm_fault. */
-struct fault {
-	struct handler *h;
-	struct fault_req *req;
-	struct faultd_region *r;
-	uintptr_t addr;		/* page-aligned */
-	uint64_t off;		/* addr - region base */
-	size_t len;		/* bytes to resolve: one page */
-	uint64_t msg_flags;	/* UFFD_PAGEFAULT_FLAG_* */
-	unsigned int flags;	/* FAULT_* */
-	struct stat_block *st;	/* this thread's counters for the region */
-	enum stat_item kind;	/* how it is counted as resolved; ST_NR: not */
-};
-
-#define FAULT_LOCKED (1u << 0)  /* the context lock is held for reading */
-#define FAULT_WRITE (1u << 1)	/* a write to a missing page */
-#define FAULT_WP (1u << 2)	/* install the page write-protected */
-#define FAULT_DIRTIES (1u << 3) /* install writable: it is dirty now */
+#include "fault.h"
 
 /*
  * fault_count_as() - count the fault as resolved by @kind (a fill, a map,
@@ -49,7 +35,7 @@ struct fault {
  * loses a race (EEXIST), finds the range gone or must be retried takes its
  * count back (fault_finish()).
  */
-static void fault_count_as(struct fault *f, enum stat_item kind)
+void fault_count_as(struct fault *f, enum stat_item kind)
 {
 	if (f->kind == kind)
 		return;
@@ -66,7 +52,7 @@ static void fault_count_as(struct fault *f, enum stat_item kind)
  * wakes the faulting thread, so that a thread that sees its page also sees
  * the fault counted. A parked fault that is retried is counted once.
  */
-static void fault_commit(struct fault *f, enum stat_item kind)
+void fault_commit(struct fault *f, enum stat_item kind)
 {
 	if (!f->req->counted) {
 		f->req->counted = true;
@@ -137,7 +123,7 @@ static void fault_inst(const struct fault *f, enum inst_op op,
  * no one, so they would sleep on; woken, they get SIGSEGV. A wake that
  * fails would leave them asleep too: the fault is then retried later.
  */
-static int fault_wake(const struct fault *f)
+int fault_wake(const struct fault *f)
 {
 	return uffd_wake(fault_uffd(f), f->addr, f->len) < 0 ? FAULTD_PARK : 0;
 }
@@ -202,7 +188,7 @@ static int poison_by_mprotect(struct fault *f)
 }
 
 /* Counted as poisoned once done (a parked poison is retried). */
-static int poison_page(struct fault *f)
+int fault_poison_page(struct fault *f)
 {
 	struct inst_res res;
 	int ret;
@@ -221,11 +207,11 @@ static int poison_page(struct fault *f)
 }
 
 /* Content that cannot be produced: an error, and the page poisoned. */
-static int fault_poison(struct fault *f, int err)
+int fault_poison(struct fault *f, int err)
 {
 	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
 	       (unsigned long long)f->off, strerror(-err));
-	return poison_page(f);
+	return fault_poison_page(f);
 }
 
 /*
@@ -245,7 +231,7 @@ static void fault_before_write(struct fault *f, const void *old)
 }
 
 /* Resolve with @len bytes copied from @src; poison if the copy fails. */
-static int fault_copy(struct fault *f, const void *src)
+int fault_copy(struct fault *f, const void *src)
 {
 	struct inst_res res;
 	int ret;
@@ -328,7 +314,7 @@ static bool zero_by_copy(const struct fault *f)
  * read of anonymous memory; shmem has no zero page, so there ZEROPAGE
  * allocates. See zero_by_copy() for the rest.
  */
-static int do_zero_fault(struct fault *f)
+int do_zero_fault(struct fault *f)
 {
 	struct inst_res res;
 	uintptr_t start;
@@ -353,7 +339,7 @@ static int do_zero_fault(struct fault *f)
  * audited for concurrency (no FAULTD_PAGER_CONCURRENT) relies on the
  * context lock, so the fault must be retried under it.
  */
-static int fault_can_call_pager(const struct fault *f,
+int fault_can_call_pager(const struct fault *f,
 				const struct pager_ref *pager)
 {
 	if (pager_concurrent(pager) || (f->flags & FAULT_LOCKED))
@@ -362,7 +348,7 @@ static int fault_can_call_pager(const struct fault *f,
 }
 
 /* The pager's content of [off, off + len) into @buf, counted. */
-static ssize_t fault_fill(struct fault *f, struct pager_ref *pager,
+ssize_t fault_fill(struct fault *f, struct pager_ref *pager,
 			  uint64_t off, void *buf, size_t len)
 {
 	ssize_t n = pager_call_fill(f->r, pager, off, buf, len);
@@ -373,7 +359,7 @@ static ssize_t fault_fill(struct fault *f, struct pager_ref *pager,
 }
 
 /* Sequential faults start read-ahead (prefetch.c); @end: filled up to. */
-static void fault_readahead(struct fault *f, uint64_t end)
+void fault_readahead(struct fault *f, uint64_t end)
 {
 	if (f->r->ra)
 		readahead_fault(f->r, f->st, f->off, end);
@@ -515,7 +501,7 @@ static int do_pager_fault(struct fault *f)
 	return ret;
 }
 
-static int do_missing_fault(struct fault *f)
+int do_missing_fault(struct fault *f)
 {
 	if (!f->r->pager)
 		return do_zero_fault(f);
@@ -527,7 +513,7 @@ static int do_missing_fault(struct fault *f)
  * that @prepared the page resolved it even when another fault mapped it
  * first (EEXIST): the page both map is its fill.
  */
-static int fault_continue(struct fault *f, bool prepared)
+int fault_continue(struct fault *f, bool prepared)
 {
 	struct inst_res res;
 	int ret;
@@ -537,129 +523,6 @@ static int fault_continue(struct fault *f, bool prepared)
 		return fault_wake_unless(f, &res);
 	ret = fault_finish(f, &res);
 	return ret < 0 ? fault_poison(f, ret) : ret;
-}
-
-/*
- * base_prepare() - put the content of a claimed page into the page cache
- * through the alias: a missing page is allocated (the kernel clears it) by
- * touching it, a stale one is cleared, a pager fills either in place.
- * Returns 0 or the pager's -errno.
- */
-static int base_prepare(struct fault *f, bool stale)
-{
-	char *p = f->r->cache->alias + f->off;
-	ssize_t n;
-
-	if (!f->r->cache->pager) {
-		fault_commit(f, ST_ZERO_FILLS);
-		if (stale)
-			faultd_clear(p, f->len);
-		else
-			(void)*(volatile char *)p;
-		return 0;
-	}
-	n = fault_fill(f, f->r->cache->pager, f->off, p, f->len);
-	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
-	if (n < 0) {
-		stat_inc(f->st, ST_PAGER_ERRORS);
-		return (int)n;
-	}
-	install_fill_tail(p, n, f->len);
-	return 0;
-}
-
-/*
- * base_claim_charged() - base_claim(); in a region with a budget, a page
- * that comes into the page cache (not a stale one, which is there) is
- * charged to the budget first. While the budget is full the page is let
- * go again - a thread that holds a page never waits for room - room is
- * made (evict.c) and the page claimed again; over the budget if the pages
- * in it cannot be written back.
- */
-static int base_claim_charged(struct fault *f, struct page_state *s,
-			      bool *stale)
-{
-	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR, over = false;
-	struct faultd_region *r = f->r;
-	int claim;
-
-	for (;;) {
-		*stale = false;
-		claim = base_claim(s, minor, r->ev, stale);
-		if (!r->ev || claim == BASE_CLAIM_MAPPED || *stale ||
-		    evict_reserve(r, 1, over))
-			return claim;
-		base_release(s, PAGE_NONE);
-		over = evict_make_room(r);
-	}
-}
-
-/*
- * do_base_fault() - a missing or minor fault in a region with a page-cache
- * base. The handler that claims the page prepares it in the page cache;
- * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
- * In a region with a budget the page is held while it is mapped, so that
- * the evictor cannot take it from the page cache in between (evict.c);
- * mapping it marks it used for the evictor's CLOCK. A page whose content
- * could not be produced stays charged, stale: it may hold memory.
- */
-static int do_base_fault(struct fault *f)
-{
-	struct faultd_region *r = f->r;
-	struct page_state *s = base_state(r->cache, f->off);
-	bool stale;
-	int claim, ret;
-
-	if (r->cache->pager) {
-		ret = fault_can_call_pager(f, r->cache->pager);
-		if (ret)
-			return ret;
-	}
-	claim = base_claim_charged(f, s, &stale);
-	if (claim == BASE_CLAIM_MAPPED) {
-		fault_commit(f, ST_MAPPED);
-	} else {
-		ret = base_prepare(f, stale);
-		if (ret) {
-			base_release(s, PAGE_STALE);
-			return fault_poison(f, ret);
-		}
-		if (!r->ev)
-			base_release(s, PAGE_READY);
-	}
-	ret = fault_continue(f, claim == BASE_CLAIM_PREPARE);
-	if (!r->ev)
-		return ret;
-	evict_mapped(r, f->off, f->len);
-	base_release(s, PAGE_READY);
-	if (claim == BASE_CLAIM_PREPARE)
-		fault_readahead(f, f->off + f->len);
-	return ret;
-}
-
-/*
- * do_heap_fault() - a missing page of a heap: zeros below the break; above
- * it the access is the application's error and gets SIGBUS, never zeros.
- * That is the heap's contract, not a failure of the library: logged at
- * debug level only.
- */
-static int do_heap_fault(struct fault *f)
-{
-	struct faultd_heap *h = f->r->heap;
-	int ret;
-
-	while (!heap_fault_below_break(h, f->addr)) {
-		if (!heap_note_poison(h, f->addr))
-			continue; /* the break just moved over it: again */
-		fault_commit(f, ST_NR);
-		fd_dbg(f->r->ctx, "%s: access above the break at offset "
-			"%#llx: SIGBUS", f->r->name,
-		       (unsigned long long)f->off);
-		ret = poison_page(f);
-		heap_poisoned(h, f->addr);
-		return ret;
-	}
-	return do_zero_fault(f);
 }
 
 /*
@@ -743,62 +606,14 @@ static int do_wp_fault(struct fault *f)
 }
 
 /*
- * fault_cow_prepare() - like vmf_anon_prepare(): a clone's private page
- * state is allocated by its first COW fault, and only under the context
- * lock; the fast path retries there. Later faults find it.
+ * handle_region_fault() - resolve a fault in a region the caller holds: a
+ * write-protect fault here, the others as the region's kind does them.
  */
-static int fault_cow_prepare(struct fault *f)
-{
-	int ret;
-
-	if (likely(clone_prepared(f->r)))
-		return 0;
-	if (!(f->flags & FAULT_LOCKED))
-		return FAULTD_RETRY;
-	ret = clone_prepare_locked(f->r);
-	if (ret > 0)
-		stat_inc(f->st, ST_COW_PREPARE);
-	return ret < 0 ? ret : 0;
-}
-
-/*
- * do_cow_fault() - a missing page of a copy-on-write clone: the parent's
- * content as of the clone, read without faulting (clone.c). A read
- * installs it write-protected, a write makes it the clone's own at once.
- */
-static int do_cow_fault(struct fault *f)
-{
-	void *buf = f->h->staging;
-	ssize_t n;
-	int ret;
-
-	ret = fault_cow_prepare(f);
-	if (ret)
-		return ret < 0 ? fault_poison(f, ret) : ret;
-	n = clone_read(f->r, f->off, buf, f->len, f->flags & FAULT_LOCKED);
-	if (n == FAULTD_RETRY)
-		return FAULTD_RETRY;
-	if (n < 0) {
-		fault_commit(f, ST_NR);
-		return fault_poison(f, (int)n);
-	}
-	clone_own(f->r, f->off);
-	fault_commit(f, (f->flags & FAULT_WRITE) ? ST_COW : ST_COW_READS);
-	return fault_copy(f, buf);
-}
-
-/* handle_region_fault() - resolve a fault in a region the caller holds. */
 static int handle_region_fault(struct fault *f)
 {
 	if (f->msg_flags & UFFD_PAGEFAULT_FLAG_WP)
 		return do_wp_fault(f);
-	if (f->r->heap)
-		return do_heap_fault(f);
-	if (f->r->cache)
-		return do_base_fault(f);
-	if (f->r->cow)
-		return do_cow_fault(f);
-	return do_missing_fault(f);
+	return f->r->ops->fault(f);
 }
 
 /*

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "fault.h"
 
 #define TRIM_DEFAULT (128ul << 10) /* glibc's M_TRIM_THRESHOLD default */
 
@@ -253,6 +253,7 @@ FAULTD_EXPORT int faultd_heap_create(struct faultd_ctx *ctx,
 	h->trim_threshold = o.trim_threshold ? o.trim_threshold : TRIM_DEFAULT;
 	/* No access is possible before the heap is returned: no fault yet. */
 	h->region->heap = h;
+	h->region->ops = &heap_ops;
 	*heapp = h;
 	return 0;
 }
@@ -309,4 +310,33 @@ FAULTD_EXPORT int faultd_heap_stats(const struct faultd_heap *ch,
 	memcpy(s, &full, n);
 	s->size = n;
 	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The heap's faults (heap_ops, kinds.c).
+ */
+
+/*
+ * do_heap_fault() - a missing page of a heap: zeros below the break; above
+ * it the access is the application's error and gets SIGBUS, never zeros.
+ * That is the heap's contract, not a failure of the library: logged at
+ * debug level only.
+ */
+int do_heap_fault(struct fault *f)
+{
+	struct faultd_heap *h = f->r->heap;
+	int ret;
+
+	while (!heap_fault_below_break(h, f->addr)) {
+		if (!heap_note_poison(h, f->addr))
+			continue; /* the break just moved over it: again */
+		fault_commit(f, ST_NR);
+		fd_dbg(f->r->ctx, "%s: access above the break at offset "
+			"%#llx: SIGBUS", f->r->name,
+		       (unsigned long long)f->off);
+		ret = fault_poison_page(f);
+		heap_poisoned(h, f->addr);
+		return ret;
+	}
+	return do_zero_fault(f);
 }

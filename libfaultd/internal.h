@@ -336,6 +336,32 @@ enum region_kind {
 	REGION_MEMFD_PRIVATE,	/* private view of a frozen base (clones) */
 };
 
+struct fault;
+
+/*
+ * struct region_ops - what a region does, by where its content comes
+ * from, as vm_operations_struct is for a VMA; kinds.c has the table of
+ * every kind and what each can do. A region's ops are set when it gets
+ * its content (region.c, base.c, heap.c, clone.c) and read, never tested
+ * against pointers, by the fault path and the operations below. A NULL
+ * operation, or a false capability, is -EOPNOTSUPP.
+ */
+struct region_ops {
+	const char *name;
+	/* A missing or minor fault (not a write-protect fault: fault.c's
+	 * own). Returns as fault.h says. */
+	int (*fault)(struct fault *f);
+	/* faultd_region_discard() of a checked range. Context: r->lock for
+	 * reading. */
+	int (*discard)(struct faultd_region *r, uint64_t off, size_t len);
+	bool resize;	/* faultd_region_resize() */
+	bool prefetch;	/* faultd_region_prefetch(), read-ahead */
+	bool sync;	/* faultd_region_sync() (with a write-back pager) */
+};
+
+extern const struct region_ops missing_ops, heap_ops, base_ops, budget_ops,
+	view_ops, cow_ops;
+
 /* The state of one page of a page-cache base (see base.c). */
 struct page_state {
 	int32_t state;
@@ -374,6 +400,7 @@ struct faultd_region {
 	bool dead; /* set under lock (write); checked after a try-lock */
 
 	enum region_kind kind;
+	const struct region_ops *ops;	/* kinds.c */
 	uint64_t flags;
 	size_t page_size;
 	int memfd;

@@ -573,8 +573,7 @@ static int prefetch_supported(const struct faultd_region *r)
 {
 	if (r->snaps)
 		return -EBUSY;
-	if (r->cow || r->heap || r->page_size != (size_t)r->ctx->page_size ||
-	    (r->cache && !r->ev))
+	if (!r->ops->prefetch || r->page_size != (size_t)r->ctx->page_size)
 		return -EOPNOTSUPP;
 	return 0;
 }

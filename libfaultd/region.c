@@ -251,6 +251,8 @@ static void region_take_init(struct faultd_region *r,
 {
 	r->kind = init->kind;
 	r->cache = init->cache;
+	if (init->cache) /* a clone's view of its frozen parent */
+		r->ops = &view_ops;
 	r->memfd = init->memfd;
 	r->pager = init->pager;
 	r->wp_registered = init->wp_registered;
@@ -341,6 +343,7 @@ static struct faultd_region *region_alloc(struct faultd_ctx *ctx,
 	r->base = base;
 	r->memfd = -1;
 	r->sig_slot = -1;
+	r->ops = &missing_ops; /* until it gets content of another kind */
 	if (init)
 		region_take_init(r, init);
 	if (rwlock_init_writer_pref(&r->lock) < 0) {
@@ -694,8 +697,8 @@ FAULTD_EXPORT int faultd_region_resize(struct faultd_region *r, size_t len)
 	old_len = atomic_load(&r->len);
 	if (r->snaps || r->cow)
 		ret = -EBUSY; /* clones read the parent as it was */
-	else if (r->kind == REGION_MEMFD_PRIVATE || r->sig_slot >= 0)
-		ret = -EOPNOTSUPP; /* frozen; or known to the SIGBUS table */
+	else if (!r->ops->resize || r->sig_slot >= 0)
+		ret = -EOPNOTSUPP; /* a frozen view; or in the SIGBUS table */
 	else
 		ret = region_resize_locked(r, old_len, len);
 	region_write_unlock_locked(r, held);
@@ -723,12 +726,10 @@ FAULTD_EXPORT int faultd_region_discard(struct faultd_region *r,
 		ret = -EINVAL;
 	else if (r->snaps)
 		ret = -EBUSY;
-	else if (r->cow)
+	else if (!r->ops->discard)
 		ret = -EOPNOTSUPP;
-	else if (r->ev)
-		ret = evict_discard(r, off, len);
 	else /* the content goes, and its writes with it */
-		ret = dirty_discard(r, off, len);
+		ret = r->ops->discard(r, off, len);
 	pthread_rwlock_unlock(&r->lock);
 	return ret;
 }

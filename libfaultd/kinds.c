@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * kinds.c - the kinds of region and what each can do, in one table: the
+ * struct region_ops of each (internal.h). A kind is where a region's
+ * content comes from; the memory behind it (anonymous, memfd, hugetlb:
+ * enum region_kind, mem.c) is another matter.
+ *
+ *   kind     content                        fault            discard  resize prefetch sync
+ *   missing  zeros, or the pager's          do_missing_fault dirty    yes    yes      yes
+ *   heap     zeros below the break          do_heap_fault    dirty    yes    -        yes
+ *   base     a page cache (hugetlb memfd)   do_base_fault    dirty    yes    -        yes
+ *   budget   a page cache within a budget   do_base_fault    evict    yes    yes      yes
+ *   view     a clone's view of a frozen     do_base_fault    dirty    -      -        -
+ *            memfd (MEMFD_PRIVATE)
+ *   cow      a clone's parent, as of the    do_cow_fault     -        -      -        -
+ *            clone (copy on write)
+ *
+ * What the state of a region adds at run time stays with the operation:
+ * -EBUSY while it has clones or is one (resize), a page size prefetch
+ * cannot fill, a same-thread region (resize), sync without a write-back
+ * pager. "yes" for sync and prefetch means the kind allows them.
+ */
+#include "fault.h"
+
+const struct region_ops missing_ops = {
+	.name = "missing",
+	.fault = do_missing_fault,
+	.discard = dirty_discard,
+	.resize = true,
+	.prefetch = true,
+	.sync = true,
+};
+
+const struct region_ops heap_ops = {
+	.name = "heap",
+	.fault = do_heap_fault,
+	.discard = dirty_discard,
+	.resize = true,
+	.sync = true,
+};
+
+const struct region_ops base_ops = {
+	.name = "base",
+	.fault = do_base_fault,
+	.discard = dirty_discard,
+	.resize = true,
+	.sync = true,
+};
+
+const struct region_ops budget_ops = {
+	.name = "budget",
+	.fault = do_base_fault,
+	.discard = evict_discard,
+	.resize = true,
+	.prefetch = true,
+	.sync = true,
+};
+
+const struct region_ops view_ops = {
+	.name = "view",
+	.fault = do_base_fault,
+	.discard = dirty_discard,
+};
+
+const struct region_ops cow_ops = {
+	.name = "cow",
+	.fault = do_cow_fault,
+};
