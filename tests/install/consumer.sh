@@ -6,7 +6,10 @@
 # belong; then build every program of examples/ against the installed
 # copy only, with pkg-config (PKG_CONFIG_SYSROOT_DIR pointing into the DESTDIR), run them
 # with LD_LIBRARY_PATH set to the installed lib dir, and link one against
-# the static library with "pkg-config --static".
+# the static library with "pkg-config --static"; check that libfaultd.a
+# defines nothing but the exported API, so that a static program with
+# functions named as the library's internals (static-clash.c) links and
+# works.
 #
 # usage: consumer.sh MESON BUILD_DIR SOURCE_DIR PROJECT_VERSION
 set -eu
@@ -206,6 +209,44 @@ then
 else
 	not_ok "heap_alloc.c links libfaultd.a with pkg-config --static --libs"
 	diag "$out"
+fi
+
+# What libfaultd.a defines for the linker of a static program: the
+# exported API (the symbols libfaultd.so exports, so faultd_* only) and
+# nothing of the library's internals, whose names (crc32c, now_ns...)
+# would clash with the program's own.
+nm -g --defined-only "$lib/libfaultd.a" | awk 'NF == 3 { print $3 }' |
+	sort -u >"$tmp/static-globals"
+nm -D --defined-only "$lib/libfaultd.so.$version" |
+	awk '$2 != "A" { sub(/@.*/, "", $3); print $3 }' | sort -u \
+	>"$tmp/shared-exports"
+offenders=$(grep -v '^faultd_' "$tmp/static-globals" || true)
+check "libfaultd.a defines no global symbol without the faultd_ prefix" \
+	test -z "$offenders"
+[ -z "$offenders" ] || diag "$(echo "$offenders" | wc -l) of them:" \
+	"$(echo $offenders | fold -s -w 76)"
+missing=$(comm -13 "$tmp/static-globals" "$tmp/shared-exports")
+extra=$(comm -23 "$tmp/static-globals" "$tmp/shared-exports" | grep '^faultd_' ||
+	true)
+check "libfaultd.a defines every symbol libfaultd.so exports" \
+	test -z "$missing"
+[ -z "$missing" ] || diag "missing:" $missing
+check "libfaultd.a defines no faultd_ symbol that libfaultd.so does not export" \
+	test -z "$extra"
+[ -z "$extra" ] || diag "not exported by libfaultd.so:" $extra
+
+# A program with its own crc32c, now_ns, map_lookup and thread_start
+# links statically and keeps them, while the library keeps its own.
+exe=$tmp/static-clash
+if out=$("$cc" -Wall -Werror $san -o "$exe" "$src/tests/install/static-clash.c" \
+	$cflags -L"$lib" -l:libfaultd.a $static_libs 2>&1)
+then
+	ok "a program with its own crc32c, now_ns, map_lookup, thread_start links libfaultd.a"
+	run "static-clash faults, checkpoints and restores with its own functions" \
+		env -u LD_LIBRARY_PATH "$exe" "$tmp/static-clash.img"
+else
+	not_ok "a program with its own crc32c, now_ns, map_lookup, thread_start links libfaultd.a"
+	diag "$(echo "$out" | grep -m 8 'multiple definition\|error')"
 fi
 
 tap_end
