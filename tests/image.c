@@ -54,14 +54,6 @@ static const char *path_of(const char *name)
 	return paths[nr_paths++] = p;
 }
 
-static struct faultd_ctx *ctx_new(void)
-{
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
-
 /*
  * A zero-fill region of @len bytes: block b holds the pattern if b % 3 ==
  * 0, zeros written over it if b % 3 == 1, and is never touched otherwise.

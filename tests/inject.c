@@ -171,20 +171,6 @@ static int ok_writeback(void *arg, struct faultd_region *r, uint64_t off,
 	return 0;
 }
 
-static ssize_t failing_fill(void *arg, struct faultd_region *r,
-			    uint64_t off, void *buf, size_t len)
-{
-	return -EIO;
-}
-
-static struct faultd_ctx *ctx_new(void)
-{
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
-
 static struct faultd_region *region_new(struct faultd_ctx *ctx,
 					struct faultd_region_opts o)
 {
