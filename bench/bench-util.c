@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * bench-util.c - helpers for the scenarios: threads started together,
- * latency histograms, a context per variant, the library's counters.
+ * latency histograms, a context per variant, the library's counters; and
+ * the options faultd-bench run and sweep share.
  */
 #include <errno.h>
 #include <sched.h>
@@ -11,6 +12,19 @@
 #include <time.h>
 
 #include "bench.h"
+
+int bench_opts_parse(int c, const char *arg, struct bench_opts *o)
+{
+	switch (c) {
+	case 's': o->seconds = atof(arg); return 0;
+	case 'm': o->size_mib = (size_t)atol(arg); return 0;
+	case 'r': o->rounds = (unsigned int)atoi(arg); return 0;
+	case 'j': o->json = true; return 0;
+	case 'p': return place_parse(arg, o);
+	case 'H': return place_parse_handlers(arg, o);
+	}
+	return -ENOENT;
+}
 
 unsigned int bench_cpus(void)
 {

@@ -26,6 +26,7 @@
 #define BENCH_MAX_VARIANTS 16
 #define BENCH_MAX_RATIOS 12
 #define BENCH_MAX_THREADS 256
+#define BENCH_MAX_ROUNDS 64	/* --rounds is less */
 
 /* --place: where application threads run and their regions' memory is. */
 enum bench_place {
@@ -50,6 +51,26 @@ struct bench_opts {
 	unsigned int place;	/* enum bench_place */
 	unsigned int handlers;	/* enum bench_handlers */
 };
+
+/*
+ * The options of faultd-bench run and sweep that mean the same to both,
+ * as entries of their getopt_long() tables (<getopt.h>): each table adds
+ * its own options and the terminator.
+ */
+#define BENCH_LONGOPTS_COMMON                                                 \
+	{ "seconds", required_argument, NULL, 's' },                           \
+	{ "size", required_argument, NULL, 'm' },                              \
+	{ "rounds", required_argument, NULL, 'r' },                            \
+	{ "json", no_argument, NULL, 'j' },                                    \
+	{ "place", required_argument, NULL, 'p' },                             \
+	{ "handlers", required_argument, NULL, 'H' }
+
+/*
+ * bench_opts_parse() - set @o from option @c of BENCH_LONGOPTS_COMMON and
+ * its @arg. Returns 0, -EINVAL (a bad value) or -ENOENT (@c is not one of
+ * them: the caller's own).
+ */
+int bench_opts_parse(int c, const char *arg, struct bench_opts *o);
 
 /* A thread's time, from the kernel's schedstat (account.c). */
 struct sched_time {

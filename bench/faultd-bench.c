@@ -45,7 +45,6 @@ static const struct scenario *const scenarios[] = {
 	&scenario_firecracker,
 };
 
-#define MAX_ROUNDS 64
 
 const struct scenario *bench_scenario(const char *name)
 {
@@ -69,7 +68,7 @@ static double median(double *v, unsigned int n)
 }
 
 struct results {
-	struct sample s[MAX_ROUNDS][BENCH_MAX_VARIANTS];
+	struct sample s[BENCH_MAX_ROUNDS][BENCH_MAX_VARIANTS];
 	unsigned int rounds;
 };
 
@@ -87,7 +86,7 @@ static void print_metric(const struct scenario *sc, const struct bench_opts *o,
 			 const struct results *res, unsigned int v,
 			 unsigned int m)
 {
-	double vals[MAX_ROUNDS], lo = INFINITY, hi = -INFINITY, med;
+	double vals[BENCH_MAX_ROUNDS], lo = INFINITY, hi = -INFINITY, med;
 	unsigned int n = res->rounds;
 
 	if (!measured(res, v, m))
@@ -127,7 +126,7 @@ static void print_ratio(const struct scenario *sc, const struct bench_opts *o,
 			const struct results *res, const struct ratio *q,
 			unsigned int m)
 {
-	double vals[MAX_ROUNDS], med;
+	double vals[BENCH_MAX_ROUNDS], med;
 	unsigned int n = res->rounds;
 
 	const char *den_name = q->den == RATIO_BEST ? "best"
@@ -386,36 +385,22 @@ static void usage(FILE *f)
 static int parse_opts(int argc, char **argv, struct bench_opts *o)
 {
 	static const struct option longopts[] = {
-		{ "seconds", required_argument, NULL, 's' },
+		BENCH_LONGOPTS_COMMON,
 		{ "threads", required_argument, NULL, 't' },
-		{ "size", required_argument, NULL, 'm' },
-		{ "rounds", required_argument, NULL, 'r' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "place", required_argument, NULL, 'p' },
-		{ "handlers", required_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
+	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		switch (c) {
-		case 's': o->seconds = atof(optarg); break;
-		case 't': o->threads = (unsigned int)atoi(optarg); break;
-		case 'm': o->size_mib = (size_t)atol(optarg); break;
-		case 'r': o->rounds = (unsigned int)atoi(optarg); break;
-		case 'j': o->json = true; break;
-		case 'p':
-			if (place_parse(optarg, o) < 0)
-				return -1;
-			break;
-		case 'H':
-			if (place_parse_handlers(optarg, o) < 0)
-				return -1;
-			break;
-		default: return -1;
+		ret = bench_opts_parse(c, optarg, o);
+		if (ret == -ENOENT && c == 't') {
+			o->threads = (unsigned int)atoi(optarg);
+			ret = 0;
 		}
+		if (ret < 0)
+			return -1;
 	}
-	if (o->seconds <= 0 || o->rounds < 1 || o->rounds >= MAX_ROUNDS ||
+	if (o->seconds <= 0 || o->rounds < 1 || o->rounds >= BENCH_MAX_ROUNDS ||
 	    o->threads > BENCH_MAX_THREADS ||
 	    (o->handlers && !o->place)) /* elsewhere: from the region's node */
 		return -1;

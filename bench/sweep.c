@@ -32,7 +32,6 @@
 #include "bench.h"
 
 #define MAX_POINTS 32
-#define MAX_ROUNDS 64
 
 struct sweep {
 	const struct scenario *sc;
@@ -46,9 +45,9 @@ struct sweep {
 
 /* What one point measured for one variant. */
 struct point {
-	double vals[MAX_ROUNDS];
+	double vals[BENCH_MAX_ROUNDS];
 	double median, lo, hi, per_thread, scal;
-	double others[BENCH_MAX_METRICS][MAX_ROUNDS]; /* metrics 1.. */
+	double others[BENCH_MAX_METRICS][BENCH_MAX_ROUNDS]; /* metrics 1.. */
 	struct time_acc time;	/* where the time went (lock) */
 	const char *skipped;
 	struct where where;
@@ -141,16 +140,14 @@ static int parse_variants(struct sweep *s, char *list)
 
 static int parse_one(struct sweep *s, int c, char *arg)
 {
+	int ret = bench_opts_parse(c, arg, &s->o);
+
+	if (ret != -ENOENT)
+		return ret;
 	switch (c) {
-	case 's': s->o.seconds = atof(arg); return 0;
-	case 'r': s->o.rounds = (unsigned int)atoi(arg); return 0;
-	case 'm': s->o.size_mib = (size_t)atol(arg); return 0;
-	case 'j': s->o.json = true; return 0;
 	case 'c': s->csv = true; return 0;
 	case 't': return parse_threads(s, arg);
 	case 'v': return parse_variants(s, arg);
-	case 'p': return place_parse(arg, &s->o);
-	case 'H': return place_parse_handlers(arg, &s->o);
 	}
 	return -EINVAL;
 }
@@ -158,14 +155,9 @@ static int parse_one(struct sweep *s, int c, char *arg)
 static int parse_sweep(struct sweep *s, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "seconds", required_argument, NULL, 's' },
-		{ "rounds", required_argument, NULL, 'r' },
-		{ "size", required_argument, NULL, 'm' },
+		BENCH_LONGOPTS_COMMON,
 		{ "threads", required_argument, NULL, 't' },
 		{ "variants", required_argument, NULL, 'v' },
-		{ "place", required_argument, NULL, 'p' },
-		{ "handlers", required_argument, NULL, 'H' },
-		{ "json", no_argument, NULL, 'j' },
 		{ "csv", no_argument, NULL, 'c' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -179,7 +171,7 @@ static int parse_sweep(struct sweep *s, int argc, char **argv)
 		if (parse_one(s, c, optarg) < 0)
 			return -EINVAL;
 	if (optind != argc || s->o.seconds <= 0 || s->o.rounds < 1 ||
-	    s->o.rounds >= MAX_ROUNDS || (s->o.json && s->csv))
+	    s->o.rounds >= BENCH_MAX_ROUNDS || (s->o.json && s->csv))
 		return -EINVAL;
 	if (s->o.handlers == BENCH_HANDLERS_ELSEWHERE &&
 	    s->o.place == BENCH_PLACE_NONE) {

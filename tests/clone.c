@@ -15,27 +15,10 @@
 
 #define NP 512 /* pages */
 
-static struct faultd_ctx *make_ctx(unsigned int handlers)
-{
-	struct faultd_ctx_opts o = { .size = sizeof(o),
-				     .handler_threads = handlers };
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
-	return ctx;
-}
-
-static ssize_t tag_fill(void *arg, struct faultd_region *r, uint64_t off,
-			void *buf, size_t len)
-{
-	pattern_fill((uintptr_t)arg, off, buf, len);
-	return (ssize_t)len;
-}
-
 static const struct faultd_pager tag_pager = {
 	.size = sizeof(struct faultd_pager),
 	.flags = FAULTD_PAGER_CONCURRENT,
-	.fill = tag_fill,
+	.fill = pattern_pager_fill,
 	.arg = (void *)77,
 };
 
@@ -116,7 +99,7 @@ static void *child_worker(void *arg)
 
 static void isolation(uint64_t parent_flags)
 {
-	struct faultd_ctx *ctx = make_ctx(2);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *p = parent_region(ctx, parent_flags), *c;
 	struct side ps, cs[2];
 	pthread_t tp, tc[2];
@@ -197,7 +180,7 @@ static void smaps_of(void *addr, long *shared, long *anon)
 Test(clone, memfd_path_shares_pages, .timeout = 60)
 {
 	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
-	struct faultd_ctx *ctx = make_ctx(1);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region *p = parent_region(ctx, FAULTD_REGION_MEMFD), *c;
 	const long size_kb = NP * PAGE / 1024, written_kb = 64 * PAGE / 1024;
 	long shared, anon;
@@ -230,7 +213,7 @@ Test(clone, memfd_path_shares_pages, .timeout = 60)
 
 Test(clone, first_cow_retry_once_then_fast_path, .timeout = 60)
 {
-	struct faultd_ctx *ctx = make_ctx(1);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region *p = parent_region(ctx, 0), *c;
 	struct faultd_stats s = { .size = sizeof(s) };
 
@@ -259,7 +242,7 @@ Test(clone, first_cow_retry_once_then_fast_path, .timeout = 60)
 
 Test(clone, parent_destroyed_first_and_clone_of_clone, .timeout = 60)
 {
-	struct faultd_ctx *ctx = make_ctx(2);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *p = parent_region(ctx, 0), *c, *g;
 	struct faultd_stats s = { .size = sizeof(s) };
 
@@ -285,7 +268,8 @@ Test(clone, parent_destroyed_first_and_clone_of_clone, .timeout = 60)
 
 Test(clone, bad_input_exact_errors)
 {
-	struct faultd_ctx *ctx = make_ctx(1), *other = make_ctx(1);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
+	struct faultd_ctx *other = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region *p = parent_region(ctx, 0), *c, *x;
 	struct faultd_region *m = parent_region(ctx, FAULTD_REGION_MEMFD);
 	struct faultd_clone_opts o = { .size = sizeof(o) };

@@ -28,6 +28,7 @@
 #include "daemon-helpers.h"
 #include "helpers.h"
 #include "image-helpers.h"
+#include "tmpdir.h"
 #include "internal.h"
 #include "proto.h"
 #include "resources.h"
@@ -35,22 +36,9 @@
 
 #define TAG 0xdae
 
-static char dir[] = "/var/tmp/faultd-daemon-XXXXXX";
 static char sock[256];
 static pid_t daemon_pid;
 static pid_t keeper_pid; /* killed with the daemon by kill_daemon clients */
-static char *paths[32]; /* made by path_of(), freed by teardown() */
-static size_t nr_paths;
-
-/* A path in the test's directory; teardown() frees it. */
-static const char *path_of(const char *name)
-{
-	char *p;
-
-	cr_assert(nr_paths < sizeof(paths) / sizeof(paths[0]));
-	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return paths[nr_paths++] = p;
-}
 
 static pid_t daemon_start(void)
 {
@@ -75,21 +63,16 @@ static bool daemon_alive(void)
 
 static void setup(void)
 {
-	cr_assert(mkdtemp(dir));
-	snprintf(sock, sizeof(sock), "%s/faultd.sock", dir);
+	tmpdir_make("daemon");
+	snprintf(sock, sizeof(sock), "%s/faultd.sock", test_dir);
 	daemon_pid = daemon_start();
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
 	if (daemon_pid > 0)
 		daemon_kill(daemon_pid, SIGTERM);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
-	while (nr_paths)
-		free(paths[--nr_paths]);
+	tmpdir_remove();
 }
 
 TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 240);
@@ -815,19 +798,6 @@ Test(daemon, hostile_images_are_refused_in_bounded_memory)
 	cr_expect_eq(register_peak(p, &grew), -EBADMSG, "tables past EOF");
 	cr_expect_lt(grew, SESSION_BOUND_KIB, "VmHWM +%ld KiB", grew);
 	cr_assert(daemon_alive());
-}
-
-/* A 64 GiB region: a zero extent on every other block, every 4096th of
- * them data; a 16 MiB extent table. */
-#define BIG_EXTENTS (1ull << 19)
-#define BIG_DATA_EVERY 4096
-
-static void big_extent(uint64_t i, struct img_extent *e, void *arg)
-{
-	(void)arg;
-	*e = (struct img_extent){ .offset = 2 * i * IMG_BLOCK, .blocks = 1,
-				  .kind = i % BIG_DATA_EVERY ? IMG_ZERO
-							     : IMG_DATA };
 }
 
 Test(daemon, big_table_is_served_in_bounded_memory)

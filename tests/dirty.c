@@ -16,29 +16,13 @@
 #define NPAGES 1024
 #define WORDS (NPAGES / 64)
 
-static struct faultd_ctx *make_ctx(void)
-{
-	struct faultd_ctx_opts o = { .size = sizeof(o), .handler_threads = 2 };
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
-	return ctx;
-}
-
-static ssize_t tag_fill(void *arg, struct faultd_region *r, uint64_t off,
-			void *buf, size_t len)
-{
-	pattern_fill((uintptr_t)arg, off, buf, len);
-	return (ssize_t)len;
-}
-
 static struct faultd_region *tracked(struct faultd_ctx *ctx, uint64_t mode,
 				     uint64_t kind, faultd_write_hook hook,
 				     void *hook_arg)
 {
 	static struct faultd_pager p = { .size = sizeof(p),
 					 .flags = FAULTD_PAGER_CONCURRENT,
-					 .fill = tag_fill,
+					 .fill = pattern_pager_fill,
 					 .arg = (void *)5 };
 	struct faultd_region_opts o = {
 		.size = sizeof(o),
@@ -90,7 +74,7 @@ static void *write_set(void *arg)
 static void run_epochs(uint64_t mode, uint64_t kind, unsigned int seed,
 		       uint64_t (*sets)[WORDS], int nepochs)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *r = tracked(ctx, mode, kind, NULL, NULL);
 	char *base = faultd_region_base(r);
 	uint64_t got[WORDS];
@@ -196,7 +180,7 @@ static void note_reports(const uint64_t *got, long c, long *last_report)
 
 static void concurrent_collection(uint64_t mode)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *r = tracked(ctx, mode, 0, NULL, NULL);
 	static _Atomic uint64_t written[WORDS];
 	static atomic_long last_start[NPAGES];
@@ -293,7 +277,7 @@ static void log_old(void *arg, struct faultd_region *r, uint64_t off,
 
 Test(dirty, write_hook_sees_old_content, .timeout = 30)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct hook_log log = { 0 };
 	struct faultd_region *r =
 		tracked(ctx, FAULTD_REGION_WP, 0, log_old, &log);
@@ -379,7 +363,7 @@ static void *race_writer(void *arg)
 
 Test(dirty, write_hook_runs_once_when_writers_race, .timeout = 120)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct hook_race h = { 0 };
 	struct faultd_region *r =
 		tracked(ctx, FAULTD_REGION_WP, 0, count_old, &h);
@@ -415,7 +399,7 @@ Test(dirty, write_hook_runs_once_when_writers_race, .timeout = 120)
 
 Test(dirty, bad_input_exact_errors)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *r = tracked(ctx, FAULTD_REGION_WP, 0, NULL, NULL);
 	struct faultd_region_opts o = { .size = sizeof(o), .length = 16 * PAGE };
 	struct faultd_region *plain, *x;
@@ -455,7 +439,7 @@ Test(dirty, bad_input_exact_errors)
  */
 static void discard_forgets(uint64_t mode, uint64_t kind)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *r = tracked(ctx, mode, kind, NULL, NULL);
 	char *base = faultd_region_base(r);
 	uint64_t want[WORDS] = { 0 }, got[WORDS];
@@ -540,17 +524,9 @@ static void *write_discarded(void *arg)
 	return NULL;
 }
 
-static double race_seconds(void)
-{
-	const char *s = getenv("FAULTD_STRESS_SECONDS");
-	double v = s ? atof(s) : 0;
-
-	return v > 0 ? v : 1.0;
-}
-
 static void discard_races_writers(uint64_t mode, uint64_t kind)
 {
-	struct faultd_ctx *ctx = make_ctx();
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_region *r = tracked(ctx, mode, kind, NULL, NULL);
 	char *base = faultd_region_base(r);
 	uint64_t got[WORDS], want[WORDS] = { 0 };
@@ -569,7 +545,7 @@ static void discard_races_writers(uint64_t mode, uint64_t kind)
 		cr_assert_eq(pthread_create(&t[i], NULL, write_discarded,
 					    &w[i]), 0);
 	}
-	for (uint64_t end = test_now_ns() + (uint64_t)(race_seconds() * 1e9);
+	for (uint64_t end = test_now_ns() + (uint64_t)(race_seconds(1.0) * 1e9);
 	     test_now_ns() < end; rounds++)
 		cr_assert_eq(faultd_region_discard(r, 0,
 						   DISCARD_PAGES * PAGE), 0);

@@ -14,20 +14,6 @@
 #include "helpers.h"
 #include "internal.h" /* ctx_lock_stats() */
 
-static struct faultd_ctx *make_ctx(unsigned int lock_mode,
-				   unsigned int handlers)
-{
-	struct faultd_ctx_opts o = {
-		.size = sizeof(o),
-		.lock_mode = lock_mode,
-		.handler_threads = handlers,
-	};
-	struct faultd_ctx *ctx = NULL;
-
-	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
-	return ctx;
-}
-
 static struct faultd_region *make_region(struct faultd_ctx *ctx, size_t len,
 					 const struct faultd_pager *p,
 					 uint64_t flags)
@@ -130,21 +116,12 @@ static void run_touchers(struct faultd_region **regions, unsigned int n)
 	pthread_barrier_destroy(&start);
 }
 
-/* A pager whose tag is the region it serves, so content is per region. */
-static ssize_t region_tag_fill(void *arg, struct faultd_region *r,
-			       uint64_t off, void *buf, size_t len)
-{
-	(void)arg;
-	pattern_fill((uintptr_t)r, off, buf, len);
-	return (ssize_t)len;
-}
-
 static void check_every_page(unsigned int lock_mode)
 {
 	struct faultd_ctx *ctx = make_ctx(lock_mode, 2);
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 	struct faultd_region *r[NREGIONS];
 	const size_t len = 8 * MIB, pages = len / PAGE;
 
@@ -382,7 +359,7 @@ static void *churn(void *arg)
 	struct churn_job *j = arg;
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 
 	while (!atomic_load(&j->stop)) {
 		struct faultd_region_opts o = { .size = sizeof(o),
@@ -414,7 +391,7 @@ Test(faults, map_changes_while_faulting, .timeout = 120)
 	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 	struct churn_job cj = { .ctx = ctx };
 	struct faultd_region *r[2];
 	pthread_t t;
@@ -569,14 +546,6 @@ static void *resize_tail(void *arg)
 	return NULL;
 }
 
-static double race_seconds(void)
-{
-	const char *s = getenv("FAULTD_STRESS_SECONDS");
-	double v = s ? atof(s) : 0;
-
-	return v > 0 ? v : 1.0;
-}
-
 /*
  * Two threads fault their pages while a third resizes the region's
  * untouched tail. Every abort is then of this region, which the slow
@@ -588,7 +557,7 @@ Test(faults, aborts_and_misses_counted_in_their_region, .timeout = 600)
 	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 	struct faultd_region_opts o = { .size = sizeof(o),
 					.length = 256 * PAGE,
 					.max_length = 512 * PAGE,
@@ -608,7 +577,7 @@ Test(faults, aborts_and_misses_counted_in_their_region, .timeout = 600)
 					    &j[i]),
 			     0);
 	}
-	for (uint64_t end = test_now_ns() + (uint64_t)(race_seconds() * 1e9);
+	for (uint64_t end = test_now_ns() + (uint64_t)(race_seconds(1.0) * 1e9);
 	     test_now_ns() < end;)
 		sched_yield();
 	atomic_store(&stop, true);
@@ -841,12 +810,6 @@ Test(faults, ctx_destroy_with_live_regions, .timeout = 60)
  * A pager error is never a page of zeros.
  */
 
-static ssize_t failing_fill(void *arg, struct faultd_region *r, uint64_t off,
-			    void *buf, size_t len)
-{
-	return -EIO;
-}
-
 static void touch_failing_page(void *arg)
 {
 	struct faultd_ctx *ctx = NULL;
@@ -949,7 +912,7 @@ Test(regions, resize_grow_and_shrink, .timeout = 30)
 	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 
 	for (int k = 0; k < 2; k++) {
 		struct faultd_region_opts o = {
@@ -1001,7 +964,7 @@ Test(regions, discard_refaults_from_pager, .timeout = 30)
 	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 
 	for (int k = 0; k < 2; k++) {
 		struct faultd_region *r = make_region(
@@ -1024,7 +987,7 @@ Test(regions, memfd_content_visible_through_fd, .timeout = 30)
 	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 	struct faultd_region *r = make_region(ctx, 16 * PAGE, &p,
 					      FAULTD_REGION_MEMFD);
 	char *b = faultd_region_base(r);
@@ -1045,7 +1008,7 @@ Test(regions, shared_group_serves_many_regions, .timeout = 60)
 	struct faultd_group_opts go = { .size = sizeof(go), .threads = 2 };
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = region_tag_fill };
+				  .fill = region_pattern_fill };
 	struct faultd_region *r[16];
 	struct faultd_group *g;
 

@@ -37,14 +37,6 @@ static int pattern_file(size_t len)
 	return fd;
 }
 
-static struct faultd_ctx *ctx_new(void)
-{
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
-
 static struct faultd_pager file_pager(int fd, unsigned int flags)
 {
 	struct faultd_file_opts fo = { .size = sizeof(fo), .fd = fd,
@@ -959,14 +951,6 @@ Test(file, budget_discard_rereads)
  * test, FAULTD_STRESS_SECONDS long; 2 s by default)
  */
 
-static double race_seconds(void)
-{
-	const char *s = getenv("FAULTD_STRESS_SECONDS");
-	double v = s ? atof(s) : 0;
-
-	return v > 0 ? v : 2.0;
-}
-
 /*
  * The region's resident memory as the kernel counts it: the pages its
  * memfd has allocated (st_blocks). RSS would count each one twice, in the
@@ -1064,7 +1048,7 @@ Test(budget, resident_memory_never_exceeds_the_budget, .timeout = 600)
 	struct file_region f = file_region(len, len, &o);
 	struct sampler smp = { .memfd = faultd_region_memfd(f.r),
 			       .limit = budget };
-	uint64_t end = test_now_ns() + (uint64_t)(race_seconds() * 1e9);
+	uint64_t end = test_now_ns() + (uint64_t)(race_seconds(2.0) * 1e9);
 	struct race_worker w[RT];
 	pthread_t t[RT], ts;
 	struct faultd_stats s;

@@ -18,14 +18,6 @@
 
 #define HEAP_MAX (64 * MIB)
 
-static struct faultd_ctx *ctx_default(void)
-{
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
-
 static struct faultd_heap *make_heap(struct faultd_ctx *ctx, size_t max,
 				     size_t trim)
 {
@@ -115,7 +107,7 @@ Test(heap, same_results_as_kernel_brk, .timeout = 60)
 	static struct op ops[MAXOPS];
 	struct trace *kt = mmap(NULL, sizeof(*kt), PROT_READ | PROT_WRITE,
 				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_heap *h = make_heap(ctx, HEAP_MAX, 0);
 	char *start = faultd_heap_base(h);
 	size_t n = make_sequence(ops);
@@ -145,7 +137,7 @@ Test(heap, same_results_as_kernel_brk, .timeout = 60)
 
 Test(heap, errors_leave_the_break_unchanged)
 {
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_heap *h = make_heap(ctx, 16 * PAGE, 0);
 	struct faultd_heap_opts bad = { .size = sizeof(bad), .max_size = 100 };
 	struct faultd_heap *x;
@@ -183,7 +175,7 @@ Test(heap, errors_leave_the_break_unchanged)
 Test(heap, zeros_after_shrink_then_grow_around_trim_threshold, .timeout = 60)
 {
 	const size_t trim = 16 * PAGE;
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_heap *h = make_heap(ctx, HEAP_MAX, trim);
 	struct faultd_heap_stats s = { .size = sizeof(s) };
 	uint64_t trims_before, expect_trims = 0;
@@ -259,7 +251,7 @@ static void on_sigbus(int sig)
 
 Test(heap, growth_over_poisoned_pages_gives_zeros)
 {
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_heap *h = make_heap(ctx, HEAP_MAX, 0);
 	struct sigaction sa = { .sa_handler = on_sigbus };
 	struct faultd_heap_stats s = { .size = sizeof(s) };
@@ -368,7 +360,7 @@ Test(heap, concurrent_sbrk_no_lost_or_overlapping_allocation, .timeout = 60)
 {
 	static struct allocator al[4];
 	static uintptr_t all[4 * NALLOC][2];
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_heap *h = make_heap(ctx, HEAP_MAX, 0);
 	pthread_t t[4];
 	size_t n = 0, total = 0, bad = 0;

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * helpers.h - what the test programs share: the content pattern pagers
- * write, a pattern pager, thread start/join, a rendezvous with a deadline,
+ * helpers.h - what the test programs share: contexts made with the
+ * options a test names, the content pattern pagers write, pattern pagers
+ * and one that fails, how long a race runs, a rendezvous with a deadline,
  * a log callback that keeps lines, and a child-process runner for tests
- * that expect a signal.
+ * that expect a signal. The functions that assert use Criterion.
  */
 #ifndef FAULTD_TEST_HELPERS_H
 #define FAULTD_TEST_HELPERS_H
 
+#include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,6 +39,42 @@
 #ifndef UNDER_TSAN
 #define UNDER_TSAN 0
 #endif
+
+/* A context with the default options. */
+static inline struct faultd_ctx *ctx_new(void)
+{
+	struct faultd_ctx *ctx = NULL;
+
+	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
+	return ctx;
+}
+
+/* A context with @lock_mode (enum faultd_lock_mode) and @handlers threads. */
+static inline struct faultd_ctx *make_ctx(unsigned int lock_mode,
+					  unsigned int handlers)
+{
+	struct faultd_ctx_opts o = {
+		.size = sizeof(o),
+		.lock_mode = lock_mode,
+		.handler_threads = handlers,
+	};
+	struct faultd_ctx *ctx = NULL;
+
+	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
+	return ctx;
+}
+
+/*
+ * How long a race runs: FAULTD_STRESS_SECONDS (make stress sets it), or
+ * @dflt seconds, the short run of a plain test suite.
+ */
+static inline double race_seconds(double dflt)
+{
+	const char *s = getenv("FAULTD_STRESS_SECONDS");
+	double v = s ? atof(s) : 0;
+
+	return v > 0 ? v : dflt;
+}
 
 /* The content of byte @off of a region tagged @tag: a function of both. */
 static inline uint64_t pattern_word(uint64_t tag, uint64_t off)
@@ -75,6 +113,22 @@ static inline ssize_t pattern_pager_fill(void *arg, struct faultd_region *r,
 	(void)r;
 	pattern_fill((uint64_t)(uintptr_t)arg, off, buf, len);
 	return (ssize_t)len;
+}
+
+/* A pager whose tag is the region it serves, so content is per region. */
+static inline ssize_t region_pattern_fill(void *arg, struct faultd_region *r,
+					  uint64_t off, void *buf, size_t len)
+{
+	(void)arg;
+	pattern_fill((uint64_t)(uintptr_t)r, off, buf, len);
+	return (ssize_t)len;
+}
+
+/* A pager fill that always fails with -EIO. */
+static inline ssize_t failing_fill(void *arg, struct faultd_region *r,
+				   uint64_t off, void *buf, size_t len)
+{
+	return -EIO;
 }
 
 static inline struct faultd_pager pattern_pager(uint64_t tag,

@@ -16,27 +16,10 @@
 
 TestSuite(hugetlb, .fini = hugepool_give_back, .timeout = 120);
 
-static struct faultd_ctx *make_ctx(unsigned int handlers)
-{
-	struct faultd_ctx_opts o = { .size = sizeof(o),
-				     .handler_threads = handlers };
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
-	return ctx;
-}
-
-static ssize_t tag_fill(void *arg, struct faultd_region *r, uint64_t off,
-			void *buf, size_t len)
-{
-	pattern_fill((uintptr_t)r, off, buf, len);
-	return (ssize_t)len;
-}
-
 static const struct faultd_pager tag_pager = {
 	.size = sizeof(struct faultd_pager),
 	.flags = FAULTD_PAGER_CONCURRENT,
-	.fill = tag_fill,
+	.fill = region_pattern_fill,
 };
 
 static struct faultd_region *huge_region(struct faultd_ctx *ctx, bool memfd,
@@ -109,7 +92,7 @@ static void content_test(bool memfd)
 	struct faultd_region *both[2];
 
 	reserve_or_skip(HPAGE, 16);
-	ctx = make_ctx(2);
+	ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	z = huge_region(ctx, memfd, 0, 8 * HPAGE, NULL);
 	p = huge_region(ctx, memfd, HPAGE, 8 * HPAGE, &tag_pager);
 	cr_expect_eq(faultd_region_page_size(z), HPAGE);
@@ -160,7 +143,7 @@ Test(hugetlb, memfd_discard_clears_in_place)
 	unsigned long free_before;
 
 	reserve_or_skip(HPAGE, 8);
-	ctx = make_ctx(1);
+	ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	z = huge_region(ctx, true, 0, 4 * HPAGE, NULL);
 	p = huge_region(ctx, true, 0, 4 * HPAGE, &tag_pager);
 	zb = faultd_region_base(z);
@@ -187,7 +170,7 @@ Test(hugetlb, anon_discard_refaults)
 	char *b;
 
 	reserve_or_skip(HPAGE, 4);
-	ctx = make_ctx(1);
+	ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	p = huge_region(ctx, false, 0, 2 * HPAGE, &tag_pager);
 	b = faultd_region_base(p);
 	memset(b, 0x5a, 2 * HPAGE);
@@ -199,7 +182,7 @@ Test(hugetlb, anon_discard_refaults)
 
 Test(hugetlb, no_free_pages_enomem_and_bad_sizes)
 {
-	struct faultd_ctx *ctx = make_ctx(1);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region_opts o = { .size = sizeof(o),
 					.flags = FAULTD_REGION_HUGETLB,
 					.length = 4 * HPAGE };
@@ -280,7 +263,7 @@ Test(hugetlb, gigantic_pages_where_available)
 	if (access("/sys/kernel/mm/hugepages/hugepages-1048576kB", F_OK))
 		cr_skip_test("no 1 GiB huge pages on this system");
 	reserve_or_skip(GPAGE, 1);
-	ctx = make_ctx(1);
+	ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	r = huge_region(ctx, true, GPAGE, GPAGE, &tag_pager);
 	b = faultd_region_base(r);
 	cr_expect_eq(pattern_check((uintptr_t)r, 123 * PAGE, b + 123 * PAGE,
@@ -294,7 +277,7 @@ Test(hugetlb, gigantic_pages_where_available)
 
 Test(hugetlb, thp_region_fills_4k)
 {
-	struct faultd_ctx *ctx = make_ctx(1);
+	struct faultd_ctx *ctx = make_ctx(FAULTD_LOCK_REGION, 1);
 	struct faultd_region_opts o = { .size = sizeof(o),
 					.flags = FAULTD_REGION_THP,
 					.length = 4 * HPAGE,

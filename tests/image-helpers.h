@@ -328,4 +328,20 @@ static inline void image_resign_crc(const char *path)
 	free(w);
 }
 
+/*
+ * The extents of a big table, for test_image_write(): a 64 GiB region,
+ * a zero extent on every other block, every BIG_DATA_EVERY-th of them
+ * data; a 16 MiB extent table.
+ */
+#define BIG_EXTENTS (1ull << 19)
+#define BIG_DATA_EVERY 4096
+
+static void big_extent(uint64_t i, struct img_extent *e, void *arg)
+{
+	(void)arg;
+	*e = (struct img_extent){ .offset = 2 * i * IMG_BLOCK, .blocks = 1,
+				  .kind = i % BIG_DATA_EVERY ? IMG_ZERO
+							     : IMG_DATA };
+}
+
 #endif

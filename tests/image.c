@@ -18,49 +18,23 @@
 
 #include "helpers.h"
 #include "image-helpers.h"
+#include "tmpdir.h"
 #include "internal.h"
 
 #define TAG 0x1a6e
 #define BLOCK (64 * 1024ul)
 
-static char dir[] = "/var/tmp/faultd-image-XXXXXX";
-static char *paths[32]; /* made by path_of(), freed by teardown() */
-static size_t nr_paths;
-
 static void setup(void)
 {
-	cr_assert(mkdtemp(dir));
+	tmpdir_make("image");
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
-	while (nr_paths)
-		free(paths[--nr_paths]);
+	tmpdir_remove();
 }
 
 TestSuite(image, .init = setup, .fini = teardown, .timeout = 120);
-
-/* A path in the test's directory; teardown() frees it. */
-static const char *path_of(const char *name)
-{
-	char *p;
-
-	cr_assert(nr_paths < sizeof(paths) / sizeof(paths[0]));
-	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return paths[nr_paths++] = p;
-}
-
-static struct faultd_ctx *ctx_new(void)
-{
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
 
 /*
  * A zero-fill region of @len bytes: block b holds the pattern if b % 3 ==
@@ -459,7 +433,7 @@ Test(image, unprivileged_checkpoint_of_missing_pages)
 	const char *sub = path_of("nobody");
 	int how;
 
-	cr_assert_eq(chmod(dir, 0755), 0);
+	cr_assert_eq(chmod(test_dir, 0755), 0);
 	cr_assert_eq(mkdir(sub, 0700), 0);
 	cr_assert_eq(chown(sub, NOBODY, NOBODY), 0);
 	how = run_in_child(unprivileged_child, (void *)sub);
@@ -687,18 +661,9 @@ Test(image, tables_past_eof_are_refused)
  * A valid image of a 64 GiB region with a 16 MiB extent table: a zero
  * extent on every other block, every 4096th of them data. Read whole,
  * forwards and at random, every byte checked, while VmHWM stays within
- * the bound: the table is never in memory whole.
+ * the bound: the table is never in memory whole (big_extent(),
+ * image-helpers.h).
  */
-#define BIG_EXTENTS (1ull << 19)
-#define BIG_DATA_EVERY 4096
-
-static void big_extent(uint64_t i, struct img_extent *e, void *arg)
-{
-	(void)arg;
-	*e = (struct img_extent){ .offset = 2 * i * IMG_BLOCK, .blocks = 1,
-				  .kind = i % BIG_DATA_EVERY ? IMG_ZERO
-							     : IMG_DATA };
-}
 
 /* Region offset @off (a page) reads what big_extent() says, via @img. */
 static void big_page_check(struct image *img, uint64_t off, char *buf)
@@ -844,7 +809,8 @@ Test(image, authentication_refusals)
 		     "a key, and an image without MACs");
 	cr_assert_eq(try_restore_key(ctx, mac, open_key), -EPERM);
 	cr_assert_eq(try_restore_key(ctx, mac, short_key), -EINVAL);
-	cr_assert_eq(try_restore_key(ctx, mac, dir), -EINVAL, "a directory");
+	cr_assert_eq(try_restore_key(ctx, mac, test_dir), -EINVAL,
+		     "a directory");
 	cr_assert_eq(try_restore_key(ctx, mac, path_of("no-key")), -ENOENT);
 	cr_assert_eq(checkpoint_key(r, path_of("x"), open_key, NULL), -EPERM);
 	cr_assert_eq(checkpoint_key(r, path_of("x"), key, crc), -EKEYREJECTED,

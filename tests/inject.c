@@ -26,6 +26,7 @@
 
 #include "daemon-helpers.h"
 #include "helpers.h"
+#include "tmpdir.h"
 #include "internal.h"
 #include "proto.h"
 #include "resources.h"
@@ -39,7 +40,6 @@
 	(FAULTD_HAVE_MINOR_SHMEM | FAULTD_HAVE_CONTINUE_WP |                   \
 	 FAULTD_HAVE_WP_SHMEM)
 
-static char dir[] = "/var/tmp/faultd-inject-XXXXXX";
 static char image_path[256];
 static char file_path[256];
 
@@ -171,20 +171,6 @@ static int ok_writeback(void *arg, struct faultd_region *r, uint64_t off,
 	return 0;
 }
 
-static ssize_t failing_fill(void *arg, struct faultd_region *r,
-			    uint64_t off, void *buf, size_t len)
-{
-	return -EIO;
-}
-
-static struct faultd_ctx *ctx_new(void)
-{
-	struct faultd_ctx *ctx;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
-
 static struct faultd_region *region_new(struct faultd_ctx *ctx,
 					struct faultd_region_opts o)
 {
@@ -227,7 +213,7 @@ static void make_file(void)
 	char *buf = malloc(LEN);
 	int fd;
 
-	snprintf(file_path, sizeof(file_path), "%s/file", dir);
+	snprintf(file_path, sizeof(file_path), "%s/file", test_dir);
 	fd = open(file_path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
 	cr_assert(fd >= 0 && buf);
 	pattern_fill(TAG, 0, buf, LEN);
@@ -255,7 +241,7 @@ static void make_image(void)
 							  .length = LEN });
 
 	pattern_fill(TAG, 0, faultd_region_base(r), LEN);
-	snprintf(image_path, sizeof(image_path), "%s/image", dir);
+	snprintf(image_path, sizeof(image_path), "%s/image", test_dir);
 	cr_assert_eq(faultd_checkpoint(r, image_path, NULL), 0);
 	faultd_ctx_destroy(ctx);
 }
@@ -292,7 +278,7 @@ static void warm_up(void)
 
 static void setup(void)
 {
-	cr_assert(mkdtemp(dir));
+	tmpdir_make("inject");
 	disarm();
 	make_file();
 	make_image();
@@ -301,10 +287,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	tmpdir_remove();
 }
 
 TestSuite(inject, .init = setup, .fini = teardown, .timeout = 60);
@@ -1095,7 +1078,7 @@ static char sock_path[256];
 
 static pid_t daemon_start(void)
 {
-	snprintf(sock_path, sizeof(sock_path), "%s/faultd.sock", dir);
+	snprintf(sock_path, sizeof(sock_path), "%s/faultd.sock", test_dir);
 	/* The library's take-over is what these tests test: a daemon
 	 * killed leaves its sessions to nobody. */
 	return test_daemon_start_with(sock_path, "--no-keeper");

@@ -20,17 +20,11 @@
 
 #define LEN (8 * MIB)
 
-static ssize_t tag_fill(void *arg, struct faultd_region *r, uint64_t off,
-			void *buf, size_t len)
-{
-	pattern_fill(9, off, buf, len);
-	return (ssize_t)len;
-}
-
 static const struct faultd_pager safe_pager = {
 	.size = sizeof(struct faultd_pager),
 	.flags = FAULTD_PAGER_SIGNAL_SAFE,
-	.fill = tag_fill,
+	.fill = pattern_pager_fill,
+	.arg = (void *)9,
 };
 
 struct reader {
@@ -251,12 +245,6 @@ Test(modes, sigbus_from_handler_installed_after, .timeout = 30)
 		(void)*outside;
 	cr_expect_eq(app_sigbus_calls, 1);
 	faultd_ctx_destroy(ctx);
-}
-
-static ssize_t failing_fill(void *arg, struct faultd_region *r, uint64_t off,
-			    void *buf, size_t len)
-{
-	return -EIO;
 }
 
 static void same_thread_pager_error(void *arg)
@@ -573,9 +561,7 @@ static size_t resident(void *p, size_t len)
 Test(modes, fault_around_bounds_and_present_pages, .timeout = 30)
 {
 	struct faultd_ctx *ctx;
-	struct faultd_pager p = { .size = sizeof(p),
-				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = tag_fill };
+	struct faultd_pager p = pattern_pager(9, FAULTD_PAGER_CONCURRENT);
 	struct faultd_region_opts o = {
 		.size = sizeof(o),
 		.length = 20 * PAGE,	 /* 64 KiB windows: 16 + 4 pages */
@@ -619,9 +605,7 @@ Test(modes, bad_mode_options)
 {
 	struct faultd_ctx *ctx;
 	struct faultd_region *r;
-	struct faultd_pager unsafe = { .size = sizeof(unsafe),
-				       .flags = FAULTD_PAGER_CONCURRENT,
-				       .fill = tag_fill };
+	struct faultd_pager unsafe = pattern_pager(9, FAULTD_PAGER_CONCURRENT);
 	struct faultd_region_opts o = { .size = sizeof(o), .length = 16 * PAGE };
 
 	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);

@@ -11,14 +11,6 @@
 #include "helpers.h"
 #include "internal.h"
 
-static struct faultd_ctx *ctx_default(void)
-{
-	struct faultd_ctx *ctx = NULL;
-
-	cr_assert_eq(faultd_ctx_create(NULL, &ctx), 0);
-	return ctx;
-}
-
 Test(api, version_matches_header)
 {
 	cr_expect_str_eq(faultd_version(), FAULTD_VERSION_STRING);
@@ -80,8 +72,8 @@ static int create(struct faultd_ctx *ctx, struct faultd_region_opts o)
 
 Test(api, region_bad_options)
 {
-	struct faultd_ctx *ctx = ctx_default();
-	struct faultd_ctx *other = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
+	struct faultd_ctx *other = ctx_new();
 	struct faultd_pager nofill = { .size = sizeof(nofill) };
 	struct faultd_pager badflags = pattern_pager(1, 1u << 7);
 	struct faultd_group *g;
@@ -131,7 +123,7 @@ Test(api, region_bad_options)
 
 Test(api, fixed_address_overlaps_give_eexist)
 {
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	/*
 	 * A hole in the middle of a large free range, so that no allocation
 	 * of the library or the allocator lands there while we use it.
@@ -199,7 +191,7 @@ Test(api, fixed_address_free_is_taken, .timeout = 60)
 		uint64_t flags;
 	} cases[] = { { PAGE, 0 }, { 16 * MIB, 0 },
 		      { 16 * MIB, FAULTD_REGION_MEMFD } };
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	int err;
 
 	for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
@@ -232,7 +224,7 @@ Test(api, fixed_address_free_is_taken, .timeout = 60)
 
 Test(api, region_calls_bad_ranges)
 {
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct faultd_region_opts o = { .size = sizeof(o),
 					.length = 16 * PAGE };
 	struct faultd_stats s = { .size = sizeof(s) };
@@ -267,7 +259,7 @@ Test(api, region_calls_bad_ranges)
 
 Test(api, stats_size_versioning)
 {
-	struct faultd_ctx *ctx = ctx_default();
+	struct faultd_ctx *ctx = ctx_new();
 	struct {
 		size_t size;
 		uint64_t faults;

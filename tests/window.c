@@ -328,15 +328,6 @@ static const struct kind SAME_THREAD = {
 	"same-thread", FAULTD_REGION_SAME_THREAD, PAGE, 256, 64
 };
 
-static struct faultd_ctx *make_ctx(void)
-{
-	struct faultd_ctx_opts o = { .size = sizeof(o), .handler_threads = 2 };
-	struct faultd_ctx *ctx = NULL;
-
-	cr_assert_eq(faultd_ctx_create(&o, &ctx), 0);
-	return ctx;
-}
-
 /* Skip, saying why, what this kernel or machine cannot have. */
 static void kind_or_skip(const struct kind *kd)
 {
@@ -376,7 +367,7 @@ static void resize_race(const struct kind *kd)
 
 	snprintf(rc.name, sizeof(rc.name), "resize %s", kd->name);
 	kind_or_skip(kd);
-	ctx = make_ctx();
+	ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
 	rc.base = faultd_region_base(r);
 	start_touchers(&rc, t);
@@ -447,7 +438,7 @@ static void create_race(const struct kind *kd)
 
 	snprintf(rc.name, sizeof(rc.name), "create %s", kd->name);
 	kind_or_skip(kd);
-	ctx = make_ctx();
+	ctx = make_ctx(FAULTD_LOCK_REGION, 2);
 	/* The touchers' stacks first: they could take the hole. */
 	start_touchers(&rc, t);
 	rc.base = o.addr = hole(len, kd->ps);

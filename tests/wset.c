@@ -15,47 +15,31 @@
 
 #include "daemon-helpers.h"
 #include "helpers.h"
+#include "tmpdir.h"
 #include "internal.h"
 #include "wset.h"
 
 #define TAG 0x3e7
 #define PAGE 4096ul
 
-static char dir[] = "/var/tmp/faultd-wset-XXXXXX";
 static char sock[256];
 static pid_t daemon_pid;
-static char *paths[32];
-static size_t nr_paths;
 
 static void setup(void)
 {
-	cr_assert(mkdtemp(dir));
-	snprintf(sock, sizeof(sock), "%s/faultd.sock", dir);
+	tmpdir_make("wset");
+	snprintf(sock, sizeof(sock), "%s/faultd.sock", test_dir);
 	daemon_pid = test_daemon_start(sock);
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
 	if (daemon_pid > 0)
 		test_daemon_kill(daemon_pid, SIGTERM);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
-	while (nr_paths)
-		free(paths[--nr_paths]);
+	tmpdir_remove();
 }
 
 TestSuite(wset, .init = setup, .fini = teardown, .timeout = 300);
-
-static const char *path_of(const char *name)
-{
-	char *p;
-
-	cr_assert(nr_paths < sizeof(paths) / sizeof(paths[0]));
-	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return paths[nr_paths++] = p;
-}
 
 /* An image of @len bytes of pattern(@tag). */
 static const char *make_image(const char *name, size_t len, uint64_t tag)
