@@ -110,9 +110,9 @@ run_asan() {
 	UBSAN_OPTIONS="log_path=$logs/asan:halt_on_error=1:print_stacktrace=1" \
 		meson test -C "$dir" --no-rebuild --print-errorlogs \
 		--timeout-multiplier 3 \
-		--suite unit --suite uffd --suite stress --suite hugetlb \
-		--suite daemon --suite load --suite inject --suite examples \
-		--suite firecracker --suite criu
+		--suite unit --suite pure --suite uffd --suite stress \
+		--suite hugetlb --suite daemon --suite load --suite inject \
+		--suite examples --suite firecracker --suite criu
 	ret=$?
 	reports "$logs" || ret=1
 	return $ret
