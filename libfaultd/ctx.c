@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * ctx.c - contexts: lifecycle, the context lock, logging, context-wide
- * statistics.
+ * ctx.c - contexts: lifecycle, the context lock, context-wide statistics.
  *
  * The context lock (ctx->map_lock) plays the part of mmap_lock: held for
  * writing by every change to the region map, for reading by the slow fault
@@ -12,8 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,19 +29,6 @@ static __thread const struct faultd_ctx *tls_locked_ctx;
 FAULTD_EXPORT const char *faultd_version(void)
 {
 	return FAULTD_VERSION_STRING;
-}
-
-void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-
-	if (!ctx || !ctx->log || level > ctx->log_level)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	ctx->log(ctx->log_arg, level, line);
 }
 
 /*

@@ -173,7 +173,7 @@ void clear_per_4k(void *dst, size_t len); /* the bench's reference only */
 void clear_with(int strategy, void *dst, size_t len);
 
 /* ------------------------------------------------------------------------
- * ctx.c - contexts, the context lock, logging.
+ * ctx.c - contexts, the context lock.
  */
 
 struct region_map;
@@ -222,13 +222,6 @@ struct faultd_ctx {
 	struct pf_pool *pf;
 };
 
-void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-#define fd_err(ctx, ...) fd_log(ctx, FAULTD_LOG_ERR, __VA_ARGS__)
-#define fd_warn(ctx, ...) fd_log(ctx, FAULTD_LOG_WARNING, __VA_ARGS__)
-#define fd_info(ctx, ...) fd_log(ctx, FAULTD_LOG_INFO, __VA_ARGS__)
-#define fd_dbg(ctx, ...) fd_log(ctx, FAULTD_LOG_DEBUG, __VA_ARGS__)
-
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
 int rwlock_init_writer_pref(pthread_rwlock_t *lock);
 void map_read_lock(struct faultd_ctx *ctx);
@@ -242,6 +235,17 @@ void ctx_retire_stats_locked(struct faultd_ctx *ctx,
 void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
 int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
 		 const char *name);
+
+/* ------------------------------------------------------------------------
+ * log.c - the log sink: lines to the context's callback.
+ */
+
+void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define fd_err(ctx, ...) fd_log(ctx, FAULTD_LOG_ERR, __VA_ARGS__)
+#define fd_warn(ctx, ...) fd_log(ctx, FAULTD_LOG_WARNING, __VA_ARGS__)
+#define fd_info(ctx, ...) fd_log(ctx, FAULTD_LOG_INFO, __VA_ARGS__)
+#define fd_dbg(ctx, ...) fd_log(ctx, FAULTD_LOG_DEBUG, __VA_ARGS__)
 
 /* ------------------------------------------------------------------------
  * map.c - the region map: a sorted array of regions published with RCU.
