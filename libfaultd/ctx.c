@@ -31,27 +31,6 @@ FAULTD_EXPORT const char *faultd_version(void)
 	return FAULTD_VERSION_STRING;
 }
 
-/*
- * opts_copy() - copy a caller's option struct of any size into ours, the
- * way the kernel's copy_struct_from_user() does: a shorter struct than
- * @min is refused, a longer one is accepted only when the fields we do not
- * know are zero, and our fields the caller did not have are zeroed.
- */
-int opts_copy(void *dst, size_t dst_size, const void *src, size_t min)
-{
-	size_t src_size = *(const size_t *)src;
-	const unsigned char *tail = (const unsigned char *)src + dst_size;
-
-	if (src_size < min)
-		return -EINVAL;
-	for (size_t i = 0; dst_size + i < src_size; i++)
-		if (tail[i])
-			return -E2BIG;
-	memset(dst, 0, dst_size);
-	memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
-	return 0;
-}
-
 void map_read_lock(struct faultd_ctx *ctx)
 {
 	pthread_rwlock_rdlock(&ctx->map_lock);

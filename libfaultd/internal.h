@@ -222,7 +222,6 @@ struct faultd_ctx {
 	struct pf_pool *pf;
 };
 
-int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
 int rwlock_init_writer_pref(pthread_rwlock_t *lock);
 void map_read_lock(struct faultd_ctx *ctx);
 void map_read_unlock(struct faultd_ctx *ctx);
@@ -246,6 +245,12 @@ void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
 #define fd_warn(ctx, ...) fd_log(ctx, FAULTD_LOG_WARNING, __VA_ARGS__)
 #define fd_info(ctx, ...) fd_log(ctx, FAULTD_LOG_INFO, __VA_ARGS__)
 #define fd_dbg(ctx, ...) fd_log(ctx, FAULTD_LOG_DEBUG, __VA_ARGS__)
+
+/* ------------------------------------------------------------------------
+ * opts.c - option structs of any size (copy_struct_from_user()).
+ */
+
+int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
 
 /* ------------------------------------------------------------------------
  * map.c - the region map: a sorted array of regions published with RCU.
