@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -80,28 +79,6 @@ int rwlock_init_writer_pref(pthread_rwlock_t *lock)
 	ret = pthread_rwlock_init(lock, &attr);
 	pthread_rwlockattr_destroy(&attr);
 	return -ret;
-}
-
-/*
- * thread_start() - a thread of the library's own (not a handler): named,
- * with every signal blocked, so that the application's signals go to its
- * own threads. Returns 0 or -errno.
- */
-int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
-		 const char *name)
-{
-	sigset_t all, old;
-	int ret;
-
-	if (inject_fail(INJ_THREAD, &ret))
-		return ret;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = -pthread_create(t, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!ret)
-		pthread_setname_np(*t, name);
-	return ret;
 }
 
 static int lock_mode_from_env(unsigned int mode, int *changed)

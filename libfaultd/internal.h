@@ -232,8 +232,6 @@ void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
 void ctx_retire_stats_locked(struct faultd_ctx *ctx,
 			     const struct stat_block *s, unsigned int n);
 void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
-int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
-		 const char *name);
 
 /* ------------------------------------------------------------------------
  * log.c - the log sink: lines to the context's callback.
@@ -251,6 +249,13 @@ void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
  */
 
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
+
+/* ------------------------------------------------------------------------
+ * thread.c - the library's own threads: named, signals blocked.
+ */
+
+int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
+		 const char *name);
 
 /* ------------------------------------------------------------------------
  * map.c - the region map: a sorted array of regions published with RCU.
