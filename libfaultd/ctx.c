@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * ctx.c - contexts: lifecycle, the context lock, context-wide statistics.
+ * ctx.c - contexts: lifecycle and context-wide statistics.
  *
- * The context lock (ctx->map_lock) plays the part of mmap_lock: held for
- * writing by every change to the region map, for reading by the slow fault
- * path. The thread-local tls_locked_ctx records which context's lock the
- * calling thread holds, for faultd_ctx_lock_held() and so that a stats read
- * from inside the lock does not take it twice.
+ * A context owns the region map (map.c) and its lock (lock.c), its regions
+ * and handler groups, the prefetch pool, a buffer of zeros and
+ * /proc/self/pagemap; destroying it destroys its regions, then its groups.
+ * The counters of regions and handler threads that are gone are folded
+ * into it (ctx->retired) under stats_lock alone, so that a pager or a
+ * write hook may read the statistics while it holds a region.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,62 +24,9 @@
  */
 #define ZERO_BUF_LEN (1ul << 30)
 
-static __thread const struct faultd_ctx *tls_locked_ctx;
-
 FAULTD_EXPORT const char *faultd_version(void)
 {
 	return FAULTD_VERSION_STRING;
-}
-
-void map_read_lock(struct faultd_ctx *ctx)
-{
-	pthread_rwlock_rdlock(&ctx->map_lock);
-	tls_locked_ctx = ctx;
-}
-
-void map_read_unlock(struct faultd_ctx *ctx)
-{
-	tls_locked_ctx = NULL;
-	pthread_rwlock_unlock(&ctx->map_lock);
-}
-
-/* Every write-lock is timed (struct lock_stats): writers change the map,
- * which costs system calls; two clock reads are nothing beside them. */
-void map_write_lock(struct faultd_ctx *ctx)
-{
-	uint64_t asked = now_ns();
-
-	pthread_rwlock_wrlock(&ctx->map_lock);
-	ctx->write_since = now_ns();
-	lock_record(&ctx->wlocks, LK_CTX_WRITE_WAIT, ctx->write_since - asked);
-	tls_locked_ctx = ctx;
-}
-
-void map_write_unlock(struct faultd_ctx *ctx)
-{
-	lock_record(&ctx->wlocks, LK_CTX_WRITE_HOLD,
-		    now_ns() - ctx->write_since);
-	tls_locked_ctx = NULL;
-	pthread_rwlock_unlock(&ctx->map_lock);
-}
-
-FAULTD_EXPORT int faultd_ctx_lock_held(const struct faultd_ctx *ctx)
-{
-	return ctx && tls_locked_ctx == ctx;
-}
-
-/* A writer-preferring rwlock: a waiting writer makes try-locks fail. */
-int rwlock_init_writer_pref(pthread_rwlock_t *lock)
-{
-	pthread_rwlockattr_t attr;
-	int ret;
-
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(
-		&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	ret = pthread_rwlock_init(lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
-	return -ret;
 }
 
 static int lock_mode_from_env(unsigned int mode, int *changed)

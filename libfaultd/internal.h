@@ -173,7 +173,7 @@ void clear_per_4k(void *dst, size_t len); /* the bench's reference only */
 void clear_with(int strategy, void *dst, size_t len);
 
 /* ------------------------------------------------------------------------
- * ctx.c - contexts, the context lock.
+ * ctx.c - contexts.
  */
 
 struct region_map;
@@ -222,11 +222,6 @@ struct faultd_ctx {
 	struct pf_pool *pf;
 };
 
-int rwlock_init_writer_pref(pthread_rwlock_t *lock);
-void map_read_lock(struct faultd_ctx *ctx);
-void map_read_unlock(struct faultd_ctx *ctx);
-void map_write_lock(struct faultd_ctx *ctx);
-void map_write_unlock(struct faultd_ctx *ctx);
 struct handler;
 void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
 void ctx_retire_stats_locked(struct faultd_ctx *ctx,
@@ -256,6 +251,16 @@ int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
 
 int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
 		 const char *name);
+
+/* ------------------------------------------------------------------------
+ * lock.c - the context lock; writer-preferring rwlocks.
+ */
+
+int rwlock_init_writer_pref(pthread_rwlock_t *lock);
+void map_read_lock(struct faultd_ctx *ctx);
+void map_read_unlock(struct faultd_ctx *ctx);
+void map_write_lock(struct faultd_ctx *ctx);
+void map_write_unlock(struct faultd_ctx *ctx);
 
 /* ------------------------------------------------------------------------
  * map.c - the region map: a sorted array of regions published with RCU.
