@@ -624,6 +624,12 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
  */
 
 bool pager_is_file(const struct faultd_pager *p);
+
+/* ------------------------------------------------------------------------
+ * ring.c - file I/O through io_uring, a ring per thread.
+ */
+
+int ring_probe(void);
 ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
 void ring_thread_close(void);
 
