@@ -55,7 +55,6 @@
 #include "internal.h"
 
 #define EVICT_BATCH 256
-#define WRITEBACK_MAX (4ul << 20)	/* bytes per writeback() call */
 
 struct evict {
 	size_t high;		/* pages: the budget, never exceeded */
@@ -89,46 +88,6 @@ struct evict {
 static struct page_state *state(struct faultd_region *r, uint64_t off)
 {
 	return base_state(r->cache, off);
-}
-
-/* ------------------------------------------------------------------------
- * Write-back.
- */
-
-/*
- * writeback() - [off, off + len) of @r from @src to the pager, counted.
- * On failure the range is reported dirty again. Returns 0 or -errno.
- */
-static int writeback(struct faultd_region *r, uint64_t off, size_t len,
-		     const void *src)
-{
-	struct pager_ref *p = r->cache ? r->cache->pager : r->pager;
-	bool serial = !pager_concurrent(p);
-	uint64_t n;
-	int ret;
-
-	if (serial) /* the caller holds the context lock (read) */
-		pthread_mutex_lock(&r->ctx->pager_lock);
-	ret = p->p.writeback(p->p.arg, r, off, src, len);
-	if (serial)
-		pthread_mutex_unlock(&r->ctx->pager_lock);
-
-	if (!ret) {
-		stat_add_shared(r->bg_stats, ST_WRITEBACKS, len / r->page_size);
-		stat_add_shared(r->bg_stats, ST_BYTES_WRITTEN, len);
-		return 0;
-	}
-	/* A failing device fails every retry: log the 1st, 2nd, 4th... */
-	n = __atomic_add_fetch(&r->bg_stats->c[ST_PAGER_ERRORS], 1,
-			       __ATOMIC_RELAXED);
-	if (!(n & (n - 1)))
-		fd_err(r->ctx,
-		       "%s: write-back of %zu bytes at offset %#llx: %s "
-		       "(%llu failures; the pages stay dirty)",
-		       r->name, len, (unsigned long long)off, strerror(-ret),
-		       (unsigned long long)n);
-	dirty_rearm(r, off, len);
-	return ret;
 }
 
 /* ------------------------------------------------------------------------
@@ -197,7 +156,7 @@ static bool evict_writeback(struct faultd_region *r, struct evict *ev,
 		size_t l = (j - k < max ? j - k : max) * ps;
 		uint64_t off = ev->victims[k];
 
-		if (writeback(r, off, l, r->cache->alias + off) < 0)
+		if (pager_call_writeback(r, off, l, r->cache->alias + off) < 0)
 			return false;
 	}
 	return true;
@@ -621,7 +580,8 @@ static int sync_run(struct faultd_region *r, uint64_t off, size_t len)
 	int ret = 0;
 
 	if (!r->ev)
-		return writeback(r, off, len, (const char *)r->base + off);
+		return pager_call_writeback(r, off, len,
+					    (const char *)r->base + off);
 	take_range(r, off, len, was);
 	for (size_t i = 0, j; i < n; i = j) {
 		for (j = i + 1; j < n && (was[j] == PAGE_READY) ==
@@ -629,8 +589,9 @@ static int sync_run(struct faultd_region *r, uint64_t off, size_t len)
 		     j++)
 			;
 		if (was[i] == PAGE_READY) {
-			int err = writeback(r, off + i * ps, (j - i) * ps,
-					    r->cache->alias + off + i * ps);
+			int err = pager_call_writeback(
+				r, off + i * ps, (j - i) * ps,
+				r->cache->alias + off + i * ps);
 
 			ret = ret ? ret : err;
 		}

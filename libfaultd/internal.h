@@ -314,7 +314,7 @@ extern char map_tsan_gp;
 #endif
 
 /* ------------------------------------------------------------------------
- * pager.c - pagers: shared references, the call to fill().
+ * pager.c - pagers: shared references, the calls to fill() and writeback().
  */
 
 struct pager_ref {
@@ -329,6 +329,9 @@ void pager_disown(struct pager_ref *ref);
 bool pager_concurrent(const struct pager_ref *ref);
 ssize_t pager_call_fill(struct faultd_region *r, struct pager_ref *ref,
 			uint64_t off, void *buf, size_t len);
+#define WRITEBACK_MAX (4ul << 20)	/* bytes per pager_call_writeback() */
+int pager_call_writeback(struct faultd_region *r, uint64_t off, size_t len,
+			 const void *src);
 
 /* ------------------------------------------------------------------------
  * region.c - regions: reserve, register, destroy, resize; the region lock.
