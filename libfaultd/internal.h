@@ -607,7 +607,7 @@ int fill_copy(struct faultd_region *r, uint64_t off, const void *src,
 	      struct fill_result *res);
 
 /* ------------------------------------------------------------------------
- * evict.c - bounded memory: the resident budget, CLOCK, write-back, sync.
+ * evict.c - bounded memory: the resident budget, CLOCK, eviction.
  */
 
 int evict_setup(struct faultd_region *r, const struct faultd_region_opts *o);
@@ -621,6 +621,10 @@ size_t evict_reserve(struct faultd_region *r, size_t want, bool over);
 void evict_unreserve(struct faultd_region *r, size_t pages);
 bool evict_make_room(struct faultd_region *r);
 int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
+void evict_lock(struct faultd_region *r);
+void evict_unlock(struct faultd_region *r);
+void evict_take_range(struct faultd_region *r, uint64_t off, size_t len,
+		      int32_t *was);
 
 /* ------------------------------------------------------------------------
  * file.c - the file pager.
