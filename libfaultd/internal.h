@@ -477,12 +477,20 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);
 int mem_discard(struct faultd_region *r, uint64_t off, size_t len);
 int mem_freeze(struct faultd_region *r);
 int mem_reregister(struct faultd_region *r);
-int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
-		uint64_t *pm);
+void region_read_unlock(struct faultd_region *r);
+
+/* ------------------------------------------------------------------------
+ * pagemap.c - what the page tables say: /proc/self/pagemap.
+ */
+
+/* Bits of a /proc/self/pagemap entry (Documentation/admin-guide/mm/
+ * pagemap.rst; not in the uapi headers). */
 #define PM_PRESENT (1ull << 63)
 #define PM_SWAPPED (1ull << 62)
 #define PM_UFFD_WP (1ull << 57)	/* the PTE is userfaultfd write-protected */
-void region_read_unlock(struct faultd_region *r);
+
+int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
+		uint64_t *pm);
 
 /* ------------------------------------------------------------------------
  * huge.c - huge-page regions: sizes, flags, reservation errors.
