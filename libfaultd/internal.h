@@ -480,17 +480,20 @@ int mem_reregister(struct faultd_region *r);
 void region_read_unlock(struct faultd_region *r);
 
 /* ------------------------------------------------------------------------
- * pagemap.c - what the page tables say: /proc/self/pagemap.
+ * pagemap.c - what the page tables say: /proc/self/pagemap, PAGEMAP_SCAN.
  */
 
 /* Bits of a /proc/self/pagemap entry (Documentation/admin-guide/mm/
  * pagemap.rst; not in the uapi headers). */
 #define PM_PRESENT (1ull << 63)
 #define PM_SWAPPED (1ull << 62)
+#define PM_FILE (1ull << 61)	/* a page-cache (or shared anonymous) page */
 #define PM_UFFD_WP (1ull << 57)	/* the PTE is userfaultfd write-protected */
 
 int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
 		uint64_t *pm);
+int pagemap_present(struct faultd_ctx *ctx, uintptr_t addr);
+int pagemap_has_private(const struct faultd_region *r);
 
 /* ------------------------------------------------------------------------
  * huge.c - huge-page regions: sizes, flags, reservation errors.

@@ -7,10 +7,15 @@
  * every read fails. Entries are read for small pages whatever the
  * region's page size. Who asks: the fault path (is the page still
  * write-protected?), fills (which pages of a span are missing?),
- * checkpoints (which blocks hold anything?) and clones.
+ * checkpoints (which blocks hold anything?) and clones (is the parent's
+ * page there to copy? does a frozen view hold pages of its own?).
+ *
+ * PAGEMAP_SCAN (Linux 6.7) answers for a whole range at once, by page
+ * categories; where the kernel lacks it (uffd_have()) the entries are read.
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -33,4 +38,59 @@ int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
 		return 0;
 	memset(pm, 0, n * sizeof(*pm));
 	return -EIO;
+}
+
+/* 1 if the page at @addr is in memory or swap, 0 if not, or -EIO. */
+int pagemap_present(struct faultd_ctx *ctx, uintptr_t addr)
+{
+	uint64_t e;
+
+	if (mem_pagemap(ctx, addr, 1, &e) < 0)
+		return -EIO;
+	return !!(e & (PM_PRESENT | PM_SWAPPED));
+}
+
+/* pagemap_has_private() from pagemap entries: kernels without PAGEMAP_SCAN. */
+static int has_private_slow(const struct faultd_region *r)
+{
+	size_t n = atomic_load(&r->len) / r->page_size;
+	uint64_t pm[512];
+
+	for (size_t i = 0; i < n; i += ARRAY_SIZE(pm)) {
+		size_t k = n - i < ARRAY_SIZE(pm) ? n - i : ARRAY_SIZE(pm);
+
+		if (mem_pagemap(r->ctx, r->base + i * r->page_size, k, pm) < 0)
+			return -EIO;
+		for (size_t j = 0; j < k; j++)
+			if ((pm[j] & (PM_PRESENT | PM_SWAPPED)) &&
+			    !(pm[j] & PM_FILE))
+				return 1;
+	}
+	return 0;
+}
+
+/*
+ * pagemap_has_private() - does a frozen view hold pages of its own
+ * (written since the freeze)? Returns 1, 0, or -errno.
+ */
+int pagemap_has_private(const struct faultd_region *r)
+{
+	struct page_region v;
+	struct pm_scan_arg a = {
+		.size = sizeof(a),
+		.start = r->base,
+		.end = r->base + atomic_load(&r->len),
+		.vec = (uintptr_t)&v,
+		.vec_len = 1,
+		.max_pages = 1,
+		.category_inverted = PAGE_IS_FILE,
+		.category_mask = PAGE_IS_PRESENT | PAGE_IS_FILE,
+		.return_mask = PAGE_IS_PRESENT,
+	};
+	int n;
+
+	if (!(uffd_have() & FAULTD_HAVE_PAGEMAP_SCAN))
+		return has_private_slow(r);
+	n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
+	return n < 0 ? -errno : n > 0;
 }
