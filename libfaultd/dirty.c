@@ -34,11 +34,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 
 #include "internal.h"
-
-#define SCAN_VEC 256
 
 static bool range_ok(const struct faultd_region *r, uint64_t off, size_t len)
 {
@@ -127,62 +124,15 @@ static ssize_t collect_sync(struct faultd_region *r, uint64_t off,
 	return n;
 }
 
-static void set_bits(uint64_t *bitmap, size_t from, size_t to)
-{
-	for (size_t pg = from; pg < to; pg++)
-		bitmap[pg / 64] |= 1ull << (pg % 64);
-}
-
-/*
- * scan_protect() - one PAGEMAP_SCAN after another over [off, off + len)
- * that reports the written pages matching @a's categories and protects
- * them again; their bits go into @bitmap (pages from @off) unless it is
- * NULL. Returns the number of pages matched or -errno.
- */
-static ssize_t scan_protect(struct faultd_region *r, uint64_t off,
-			    size_t len, struct pm_scan_arg *a, uint64_t *bitmap)
-{
-	struct page_region vec[SCAN_VEC];
-	uintptr_t start = r->base + off, end = start + len;
-	ssize_t count = 0;
-
-	a->size = sizeof(*a);
-	a->flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC;
-	a->vec = (uintptr_t)vec;
-	a->vec_len = SCAN_VEC;
-	a->return_mask = PAGE_IS_WRITTEN;
-	if (bitmap)
-		memset(bitmap, 0,
-		       (len / r->page_size + 63) / 64 * sizeof(*bitmap));
-	for (a->start = start; a->start < end; a->start = a->walk_end) {
-		int n;
-
-		a->end = end;
-		n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, a);
-		if (n < 0)
-			return -errno;
-		for (int i = 0; i < n; i++) {
-			if (bitmap)
-				set_bits(bitmap,
-					 (vec[i].start - start) / r->page_size,
-					 (vec[i].end - start) / r->page_size);
-			count += (ssize_t)((vec[i].end - vec[i].start) /
-					   r->page_size);
-		}
-	}
-	return count;
-}
-
 /* Report written pages and protect them again. Under dirty_lock (read):
  * a discard is not half done (see above). */
 static ssize_t collect_async(struct faultd_region *r, uint64_t off,
 			     size_t len, uint64_t *bitmap)
 {
-	struct pm_scan_arg a = { .category_mask = PAGE_IS_WRITTEN };
 	ssize_t n;
 
 	pthread_rwlock_rdlock(&r->dirty_lock);
-	n = scan_protect(r, off, len, &a, bitmap);
+	n = pagemap_scan_protect(r, off, len, PAGE_IS_WRITTEN, 0, bitmap);
 	pthread_rwlock_unlock(&r->dirty_lock);
 	return n;
 }
@@ -194,12 +144,9 @@ static ssize_t collect_async(struct faultd_region *r, uint64_t off,
  */
 static int protect_emptied(struct faultd_region *r, uint64_t off, size_t len)
 {
-	struct pm_scan_arg a = {
-		.category_mask = PAGE_IS_WRITTEN | PAGE_IS_PRESENT |
-				 PAGE_IS_SWAPPED,
-		.category_inverted = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-	};
-	ssize_t n = scan_protect(r, off, len, &a, NULL);
+	ssize_t n = pagemap_scan_protect(
+		r, off, len, PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+		PAGE_IS_PRESENT | PAGE_IS_SWAPPED, NULL);
 
 	if (n < 0)
 		fd_err(r->ctx, "%s: cannot protect discarded pages: %s",

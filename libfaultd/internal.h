@@ -494,6 +494,9 @@ int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
 		uint64_t *pm);
 int pagemap_present(struct faultd_ctx *ctx, uintptr_t addr);
 int pagemap_has_private(const struct faultd_region *r);
+ssize_t pagemap_scan_protect(struct faultd_region *r, uint64_t off,
+			     size_t len, uint64_t mask, uint64_t inverted,
+			     uint64_t *bitmap);
 
 /* ------------------------------------------------------------------------
  * huge.c - huge-page regions: sizes, flags, reservation errors.

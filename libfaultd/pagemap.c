@@ -12,6 +12,9 @@
  *
  * PAGEMAP_SCAN (Linux 6.7) answers for a whole range at once, by page
  * categories; where the kernel lacks it (uffd_have()) the entries are read.
+ * In a range tracked asynchronously (dirty.c) it also write-protects the
+ * written pages it reports, in the same walk: collection takes no second
+ * pass and loses no write in between.
  */
 #include <errno.h>
 #include <string.h>
@@ -19,6 +22,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+
+#define SCAN_VEC 256 /* page runs reported by one PAGEMAP_SCAN */
 
 /*
  * mem_pagemap() - the /proc/self/pagemap entries of the @n small pages from
@@ -93,4 +98,56 @@ int pagemap_has_private(const struct faultd_region *r)
 		return has_private_slow(r);
 	n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
 	return n < 0 ? -errno : n > 0;
+}
+
+static void set_bits(uint64_t *bitmap, size_t from, size_t to)
+{
+	for (size_t pg = from; pg < to; pg++)
+		bitmap[pg / 64] |= 1ull << (pg % 64);
+}
+
+/*
+ * pagemap_scan_protect() - one PAGEMAP_SCAN after another over [off, off +
+ * len) of @r that reports the written pages matching categories @mask
+ * (those of @inverted inverted) and write-protects them again (async
+ * mode); their bits go into @bitmap (pages from @off) unless it is NULL.
+ * Returns the number of pages matched or -errno.
+ */
+ssize_t pagemap_scan_protect(struct faultd_region *r, uint64_t off,
+			     size_t len, uint64_t mask, uint64_t inverted,
+			     uint64_t *bitmap)
+{
+	struct page_region vec[SCAN_VEC];
+	uintptr_t start = r->base + off, end = start + len;
+	struct pm_scan_arg a = {
+		.size = sizeof(a),
+		.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+		.vec = (uintptr_t)vec,
+		.vec_len = SCAN_VEC,
+		.category_inverted = inverted,
+		.category_mask = mask,
+		.return_mask = PAGE_IS_WRITTEN,
+	};
+	ssize_t count = 0;
+
+	if (bitmap)
+		memset(bitmap, 0,
+		       (len / r->page_size + 63) / 64 * sizeof(*bitmap));
+	for (a.start = start; a.start < end; a.start = a.walk_end) {
+		int n;
+
+		a.end = end;
+		n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
+		if (n < 0)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			if (bitmap)
+				set_bits(bitmap,
+					 (vec[i].start - start) / r->page_size,
+					 (vec[i].end - start) / r->page_size);
+			count += (ssize_t)((vec[i].end - vec[i].start) /
+					   r->page_size);
+		}
+	}
+	return count;
 }
