@@ -55,6 +55,45 @@ void dirty_mark(struct faultd_region *r, uint64_t off, size_t len)
 }
 
 /*
+ * dirty_write_begin() - [off, off + len) is about to become writable
+ * (installed writable, or unprotected): mark it dirty (sync mode) and
+ * hold dirty_lock for reading until dirty_write_end(), so that no
+ * collection sits between the mark and the install (see above).
+ * Context: the region's lock held.
+ */
+void dirty_write_begin(struct faultd_region *r, uint64_t off, size_t len)
+{
+	pthread_rwlock_rdlock(&r->dirty_lock);
+	if (r->wp_mode == WP_SYNC)
+		dirty_mark(r, off, len);
+}
+
+void dirty_write_end(struct faultd_region *r)
+{
+	pthread_rwlock_unlock(&r->dirty_lock);
+}
+
+/*
+ * dirty_take_pages() - take (test and clear) the dirty bits of the @n
+ * pages at region offsets @offs into @was (sync mode). Under dirty_lock
+ * for writing, which waits for a handler between dirty_write_begin() and
+ * dirty_write_end(). Context: the pages are held and unmapped (evict.c),
+ * so that no write can mark them again.
+ */
+void dirty_take_pages(struct faultd_region *r, const uint64_t *offs,
+		      size_t n, bool *was)
+{
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	for (size_t i = 0; i < n; i++) {
+		size_t pg = offs[i] / r->page_size;
+		uint64_t bit = 1ull << (pg % 64);
+
+		was[i] = atomic_fetch_and(&r->dirty[pg / 64], ~bit) & bit;
+	}
+	pthread_rwlock_unlock(&r->dirty_lock);
+}
+
+/*
  * bitmap_grow() - make the page bitmap *@map, of *@words words, hold
  * @bits bits, keeping the bits set and clearing the new ones. Returns 0,
  * or -ENOMEM with the old bitmap kept. Context: no other user of it.

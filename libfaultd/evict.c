@@ -117,19 +117,6 @@ static size_t run_end(const struct evict *ev, size_t i, size_t n, size_t ps,
 	return j;
 }
 
-/* Take the dirty bits of the (unmapped) victims. */
-static void take_dirty(struct faultd_region *r, struct evict *ev, size_t n)
-{
-	pthread_rwlock_wrlock(&r->dirty_lock);
-	for (size_t i = 0; i < n; i++) {
-		size_t pg = ev->victims[i] / r->page_size;
-		uint64_t bit = 1ull << (pg % 64);
-
-		ev->dirty[i] = atomic_fetch_and(&r->dirty[pg / 64], ~bit) & bit;
-	}
-	pthread_rwlock_unlock(&r->dirty_lock);
-}
-
 /* Punch [off, off + len) out of the page cache and forget its pages. */
 static size_t drop_run(struct faultd_region *r, uint64_t off, size_t len)
 {
@@ -176,7 +163,7 @@ static size_t evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 		j = run_end(ev, i, n, ps, false);
 		zap(r, ev->victims[i] / ps, j - i);
 	}
-	take_dirty(r, ev, n);
+	dirty_take_pages(r, ev->victims, n, ev->dirty);
 	for (size_t i = 0, j; i < n; i = j) {
 		j = run_end(ev, i, n, ps, true);
 		if (ev->dirty[i] && !evict_writeback(r, ev, i, j)) {

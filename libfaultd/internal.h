@@ -557,6 +557,10 @@ void clone_child_destroy_locked(struct faultd_region *child);
  */
 
 void dirty_mark(struct faultd_region *r, uint64_t off, size_t len);
+void dirty_write_begin(struct faultd_region *r, uint64_t off, size_t len);
+void dirty_write_end(struct faultd_region *r);
+void dirty_take_pages(struct faultd_region *r, const uint64_t *offs,
+		      size_t n, bool *was);
 int bitmap_grow(_Atomic uint64_t **map, size_t *words, size_t bits);
 int dirty_alloc(struct faultd_region *r, size_t len);
 
