@@ -164,6 +164,12 @@ struct lock_stats {
 void lock_record(struct lock_stats *s, enum lock_item i, uint64_t ns);
 void lock_stats_sum(struct lock_stats *acc, const struct lock_stats *s);
 
+struct handler;
+void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
+void ctx_retire_stats_locked(struct faultd_ctx *ctx,
+			     const struct stat_block *s, unsigned int n);
+void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
+
 /* ------------------------------------------------------------------------
  * clear.c - range clears.
  */
@@ -221,12 +227,6 @@ struct faultd_ctx {
 	pthread_mutex_t pf_lock;
 	struct pf_pool *pf;
 };
-
-struct handler;
-void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
-void ctx_retire_stats_locked(struct faultd_ctx *ctx,
-			     const struct stat_block *s, unsigned int n);
-void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
 
 /* ------------------------------------------------------------------------
  * log.c - the log sink: lines to the context's callback.
