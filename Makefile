@@ -51,7 +51,8 @@ demo: build
 	kill $$daemon; wait $$daemon; exit $$rc
 
 # The plain suites, then what CI runs besides: the failure points (a build
-# with -Dfault-injection=true), the suites under ASan+UBSan and TSan
+# with -Dfault-injection=true and the lock assertions of -Ddebug-checks),
+# the suites under ASan+UBSan and TSan
 # (scripts/sanitize.sh), and each fuzzer for FUZZ_SECONDS.
 test: build
 	meson test -C $(BUILD) --print-errorlogs
@@ -59,8 +60,8 @@ test: build
 
 check-inject: build
 	@[ -f $(FI_BUILD)/build.ninja ] || meson setup $(FI_BUILD) \
-		-Dwerror=$(WERROR) -Dfault-injection=true -Dexamples=false \
-		-Dbench=false
+		-Dwerror=$(WERROR) -Dfault-injection=true -Ddebug-checks=true \
+		-Dexamples=false -Dbench=false
 	ninja -C $(FI_BUILD) tests/test-inject daemon/faultd
 	meson test -C $(FI_BUILD) --no-rebuild --suite inject --print-errorlogs
 

@@ -79,7 +79,7 @@ static bool block_wanted(struct ckpt *c, uint64_t b)
 
 	if (c->dirty && b * IMG_BLOCK < c->parent_len) {
 		for (size_t i = first; i < first + n; i++)
-			if (c->dirty[i / 64] & (1ull << (i % 64)))
+			if (c->dirty[bit_word(i)] & bit_mask(i))
 				return true;
 		return false;
 	}
@@ -302,7 +302,7 @@ static int ckpt_parent(struct ckpt *c, const char *parent,
 static int ckpt_collect(struct ckpt *c, bool keep)
 {
 	struct faultd_region *r = c->r;
-	uint64_t *bm = calloc((c->len / r->page_size + 63) / 64, 8);
+	uint64_t *bm = calloc(bitmap_words(c->len / r->page_size), 8);
 	ssize_t n;
 
 	if (!bm)

@@ -48,19 +48,19 @@ struct snapshot {
 
 static bool test_bit(_Atomic uint64_t *b, size_t i)
 {
-	return atomic_load_explicit(&b[i / 64], memory_order_acquire) &
-	       (1ull << (i % 64));
+	return atomic_load_explicit(&b[bit_word(i)], memory_order_acquire) &
+	       bit_mask(i);
 }
 
 static void set_bit(_Atomic uint64_t *b, size_t i)
 {
-	atomic_fetch_or_explicit(&b[i / 64], 1ull << (i % 64),
+	atomic_fetch_or_explicit(&b[bit_word(i)], bit_mask(i),
 				 memory_order_release);
 }
 
 static _Atomic uint64_t *bitmap_new(size_t n)
 {
-	return fd_calloc((n + 63) / 64, sizeof(uint64_t));
+	return fd_calloc(bitmap_words(n), sizeof(uint64_t));
 }
 
 static pthread_mutex_t *snap_lock(struct snapshot *s, size_t pg)
@@ -113,17 +113,6 @@ static bool child_owns(struct snapshot *s, size_t pg)
  * Reading a page as of the clone, without taking a fault.
  */
 
-/* 1 if @r's page at @off is in memory or swap, 0 if not, or -errno. */
-static int page_present(const struct faultd_region *r, uint64_t off)
-{
-	uint64_t e;
-	off_t at = (off_t)((r->base + off) / (uintptr_t)r->ctx->page_size * 8);
-
-	if (pread(r->ctx->pagemap_fd, &e, sizeof(e), at) != sizeof(e))
-		return -EIO;
-	return (e >> 63) & 1 || (e >> 62) & 1;
-}
-
 /* Copy present memory of this process; a poisoned page gives -EFAULT. */
 static ssize_t read_present(uintptr_t addr, void *buf, size_t len)
 {
@@ -148,7 +137,7 @@ static ssize_t snap_read(struct snapshot *s, uint64_t off, void *buf,
 static ssize_t source_read(struct faultd_region *r, uint64_t off, void *buf,
 			   size_t len, bool locked)
 {
-	int present = page_present(r, off);
+	int present = pagemap_present(r->ctx, r->base + off);
 
 	if (present < 0)
 		return present;
@@ -220,6 +209,7 @@ int clone_prepare_locked(struct faultd_region *child)
 	_Atomic uint64_t *own = bitmap_new(child->cow->npages);
 	_Atomic uint64_t *none = NULL;
 
+	assert_map_held(child->ctx);
 	if (!own)
 		return -ENOMEM;
 	if (atomic_compare_exchange_strong(&child->cow_own, &none, own))
@@ -327,6 +317,7 @@ void clone_child_destroy_locked(struct faultd_region *child)
 {
 	struct snapshot *s = child->cow, **ps;
 
+	assert_map_write_held(child->ctx);
 	if (!s)
 		return;
 	if (s->parent) {
@@ -344,50 +335,6 @@ void clone_child_destroy_locked(struct faultd_region *child)
 /* ------------------------------------------------------------------------
  * Creating clones.
  */
-
-#define PM_FILE (1ull << 61) /* a page-cache (or shared) page */
-
-/* The same from /proc/self/pagemap, for kernels without PAGEMAP_SCAN. */
-static int has_private_pages_slow(const struct faultd_region *r)
-{
-	size_t n = atomic_load(&r->len) / r->page_size;
-	uint64_t pm[512];
-
-	for (size_t i = 0; i < n; i += ARRAY_SIZE(pm)) {
-		size_t k = n - i < ARRAY_SIZE(pm) ? n - i : ARRAY_SIZE(pm);
-
-		if (mem_pagemap(r->ctx, r->base + i * r->page_size, k, pm) < 0)
-			return -EIO;
-		for (size_t j = 0; j < k; j++)
-			if ((pm[j] & (PM_PRESENT | PM_SWAPPED)) &&
-			    !(pm[j] & PM_FILE))
-				return 1;
-	}
-	return 0;
-}
-
-/* Does a frozen view hold pages of its own (written since the freeze)? */
-static int has_private_pages(const struct faultd_region *r)
-{
-	struct page_region v;
-	struct pm_scan_arg a = {
-		.size = sizeof(a),
-		.start = r->base,
-		.end = r->base + atomic_load(&r->len),
-		.vec = (uintptr_t)&v,
-		.vec_len = 1,
-		.max_pages = 1,
-		.category_inverted = PAGE_IS_FILE,
-		.category_mask = PAGE_IS_PRESENT | PAGE_IS_FILE,
-		.return_mask = PAGE_IS_PRESENT,
-	};
-	int n;
-
-	if (!(uffd_have() & FAULTD_HAVE_PAGEMAP_SCAN))
-		return has_private_pages_slow(r);
-	n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, &a);
-	return n < 0 ? -errno : n > 0;
-}
 
 /*
  * Freeze a memfd region: its memfd becomes a page-cache base and its
@@ -451,7 +398,7 @@ static int clone_shared(struct faultd_region *p, const struct faultd_clone_opts 
 	if (p->kind == REGION_MEMFD)
 		ret = clone_freeze(p);
 	else
-		ret = has_private_pages(p);
+		ret = pagemap_has_private(p);
 	if (ret)
 		return ret < 0 ? ret : -EBUSY;
 	init.memfd = fcntl(p->cache->memfd, F_DUPFD_CLOEXEC, 0);

@@ -1,19 +1,14 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * ctx.c - contexts: lifecycle, the context lock, logging, context-wide
- * statistics.
+ * ctx.c - contexts: their creation and destruction.
  *
- * The context lock (ctx->map_lock) plays the part of mmap_lock: held for
- * writing by every change to the region map, for reading by the slow fault
- * path. The thread-local tls_locked_ctx records which context's lock the
- * calling thread holds, for faultd_ctx_lock_held() and so that a stats read
- * from inside the lock does not take it twice.
+ * A context owns the region map (map.c) and its lock (lock.c), its regions
+ * and handler groups, the prefetch pool, a buffer of zeros and
+ * /proc/self/pagemap; destroying it destroys its regions, then its groups.
+ * Its statistics are summed by stats.c.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,118 +16,10 @@
 
 #include "internal.h"
 
-static __thread const struct faultd_ctx *tls_locked_ctx;
 
 FAULTD_EXPORT const char *faultd_version(void)
 {
 	return FAULTD_VERSION_STRING;
-}
-
-void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-
-	if (!ctx || !ctx->log || level > ctx->log_level)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	ctx->log(ctx->log_arg, level, line);
-}
-
-/*
- * opts_copy() - copy a caller's option struct of any size into ours, the
- * way the kernel's copy_struct_from_user() does: a shorter struct than
- * @min is refused, a longer one is accepted only when the fields we do not
- * know are zero, and our fields the caller did not have are zeroed.
- */
-int opts_copy(void *dst, size_t dst_size, const void *src, size_t min)
-{
-	size_t src_size = *(const size_t *)src;
-	const unsigned char *tail = (const unsigned char *)src + dst_size;
-
-	if (src_size < min)
-		return -EINVAL;
-	for (size_t i = 0; dst_size + i < src_size; i++)
-		if (tail[i])
-			return -E2BIG;
-	memset(dst, 0, dst_size);
-	memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
-	return 0;
-}
-
-void map_read_lock(struct faultd_ctx *ctx)
-{
-	pthread_rwlock_rdlock(&ctx->map_lock);
-	tls_locked_ctx = ctx;
-}
-
-void map_read_unlock(struct faultd_ctx *ctx)
-{
-	tls_locked_ctx = NULL;
-	pthread_rwlock_unlock(&ctx->map_lock);
-}
-
-/* Every write-lock is timed (struct lock_stats): writers change the map,
- * which costs system calls; two clock reads are nothing beside them. */
-void map_write_lock(struct faultd_ctx *ctx)
-{
-	uint64_t asked = now_ns();
-
-	pthread_rwlock_wrlock(&ctx->map_lock);
-	ctx->write_since = now_ns();
-	lock_record(&ctx->wlocks, LK_CTX_WRITE_WAIT, ctx->write_since - asked);
-	tls_locked_ctx = ctx;
-}
-
-void map_write_unlock(struct faultd_ctx *ctx)
-{
-	lock_record(&ctx->wlocks, LK_CTX_WRITE_HOLD,
-		    now_ns() - ctx->write_since);
-	tls_locked_ctx = NULL;
-	pthread_rwlock_unlock(&ctx->map_lock);
-}
-
-FAULTD_EXPORT int faultd_ctx_lock_held(const struct faultd_ctx *ctx)
-{
-	return ctx && tls_locked_ctx == ctx;
-}
-
-/* A writer-preferring rwlock: a waiting writer makes try-locks fail. */
-int rwlock_init_writer_pref(pthread_rwlock_t *lock)
-{
-	pthread_rwlockattr_t attr;
-	int ret;
-
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(
-		&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	ret = pthread_rwlock_init(lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
-	return -ret;
-}
-
-/*
- * thread_start() - a thread of the library's own (not a handler): named,
- * with every signal blocked, so that the application's signals go to its
- * own threads. Returns 0 or -errno.
- */
-int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
-		 const char *name)
-{
-	sigset_t all, old;
-	int ret;
-
-	if (inject_fail(INJ_THREAD, &ret))
-		return ret;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = -pthread_create(t, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!ret)
-		pthread_setname_np(*t, name);
-	return ret;
 }
 
 static int lock_mode_from_env(unsigned int mode, int *changed)
@@ -249,75 +136,4 @@ FAULTD_EXPORT void faultd_ctx_destroy(struct faultd_ctx *ctx)
 	pthread_rwlock_destroy(&ctx->map_lock);
 	munmap(ctx->zero_page, ZERO_BUF_LEN);
 	free(ctx);
-}
-
-/* Fold the counters of a destroyed region or an exiting group in. */
-void ctx_retire_stats_locked(struct faultd_ctx *ctx,
-			     const struct stat_block *s, unsigned int n)
-{
-	for (unsigned int i = 0; i < n; i++)
-		stat_sum(&ctx->retired, &s[i]);
-}
-
-/* Fold the counters and lock times of an exited handler thread in. */
-void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h)
-{
-	pthread_mutex_lock(&ctx->stats_lock);
-	ctx_retire_stats_locked(ctx, &h->stats, 1);
-	lock_stats_sum(&ctx->locks_retired, &h->locks);
-	pthread_mutex_unlock(&ctx->stats_lock);
-}
-
-static void ctx_sum_live_locked(const struct faultd_ctx *ctx,
-				struct stat_block *acc)
-{
-	for (const struct faultd_region *r = ctx->regions; r; r = r->next) {
-		for (unsigned int i = 0; i < r->nr_stats; i++)
-			stat_sum(acc, &r->stats[i]);
-		stat_sum(acc, r->bg_stats);
-	}
-	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
-		for (unsigned int i = 0; i < g->nthreads; i++)
-			stat_sum(acc, &g->handlers[i].stats);
-}
-
-/*
- * ctx_lock_stats() - the lock times of @ctx so far (see struct
- * lock_stats) added to @acc: the fault path's of every handler thread,
- * live or exited, and the writers'.
- * Context: any thread; takes stats_lock (a leaf), as faultd_ctx_stats().
- */
-void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc)
-{
-	pthread_mutex_lock(&ctx->stats_lock);
-	lock_stats_sum(acc, &ctx->locks_retired);
-	lock_stats_sum(acc, &ctx->wlocks);
-	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
-		for (unsigned int i = 0; i < g->nthreads; i++)
-			lock_stats_sum(acc, &g->handlers[i].locks);
-	pthread_mutex_unlock(&ctx->stats_lock);
-}
-
-/*
- * Under stats_lock alone (a leaf lock), not the context lock: a pager or
- * write hook may call this while holding a region, with a writer waiting.
- */
-FAULTD_EXPORT int faultd_ctx_stats(const struct faultd_ctx *cctx,
-				   struct faultd_stats *stats)
-{
-	struct faultd_ctx *ctx = (struct faultd_ctx *)cctx;
-	struct stat_block *acc;
-
-	if (!ctx || !stats || stats->size < sizeof(stats->size))
-		return -EINVAL;
-	acc = calloc(1, sizeof(*acc));
-	if (!acc)
-		return -ENOMEM;
-	pthread_mutex_lock(&ctx->stats_lock);
-	stat_sum(acc, &ctx->retired);
-	ctx_sum_live_locked(ctx, acc);
-	pthread_mutex_unlock(&ctx->stats_lock);
-	stat_export(stats, acc);
-	free(acc);
-	return 0;
 }

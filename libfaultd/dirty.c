@@ -34,11 +34,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 
 #include "internal.h"
-
-#define SCAN_VEC 256
 
 static bool range_ok(const struct faultd_region *r, uint64_t off, size_t len)
 {
@@ -53,8 +50,47 @@ void dirty_mark(struct faultd_region *r, uint64_t off, size_t len)
 {
 	for (uint64_t pg = off / r->page_size; pg < (off + len) / r->page_size;
 	     pg++)
-		atomic_fetch_or_explicit(&r->dirty[pg / 64], 1ull << (pg % 64),
+		atomic_fetch_or_explicit(&r->dirty[bit_word(pg)], bit_mask(pg),
 					 memory_order_relaxed);
+}
+
+/*
+ * dirty_write_begin() - [off, off + len) is about to become writable
+ * (installed writable, or unprotected): mark it dirty (sync mode) and
+ * hold dirty_lock for reading until dirty_write_end(), so that no
+ * collection sits between the mark and the install (see above).
+ * Context: the region's lock held.
+ */
+void dirty_write_begin(struct faultd_region *r, uint64_t off, size_t len)
+{
+	pthread_rwlock_rdlock(&r->dirty_lock);
+	if (r->wp_mode == WP_SYNC)
+		dirty_mark(r, off, len);
+}
+
+void dirty_write_end(struct faultd_region *r)
+{
+	pthread_rwlock_unlock(&r->dirty_lock);
+}
+
+/*
+ * dirty_take_pages() - take (test and clear) the dirty bits of the @n
+ * pages at region offsets @offs into @was (sync mode). Under dirty_lock
+ * for writing, which waits for a handler between dirty_write_begin() and
+ * dirty_write_end(). Context: the pages are held and unmapped (evict.c),
+ * so that no write can mark them again.
+ */
+void dirty_take_pages(struct faultd_region *r, const uint64_t *offs,
+		      size_t n, bool *was)
+{
+	pthread_rwlock_wrlock(&r->dirty_lock);
+	for (size_t i = 0; i < n; i++) {
+		size_t pg = offs[i] / r->page_size;
+		uint64_t bit = bit_mask(pg);
+
+		was[i] = atomic_fetch_and(&r->dirty[bit_word(pg)], ~bit) & bit;
+	}
+	pthread_rwlock_unlock(&r->dirty_lock);
 }
 
 /*
@@ -64,7 +100,7 @@ void dirty_mark(struct faultd_region *r, uint64_t off, size_t len)
  */
 int bitmap_grow(_Atomic uint64_t **map, size_t *words, size_t bits)
 {
-	size_t want = (bits + 63) / 64;
+	size_t want = bitmap_words(bits);
 	_Atomic uint64_t *p;
 
 	if (want <= *words)
@@ -94,17 +130,17 @@ static ssize_t bitmap_take(struct faultd_region *r, size_t first, size_t n,
 {
 	ssize_t count = 0;
 
-	memset(out, 0, (n + 63) / 64 * sizeof(*out));
+	memset(out, 0, bitmap_words(n) * sizeof(*out));
 	for (size_t i = 0; i < n;) {
 		size_t pg = first + i, bit = pg % 64;
 		size_t take = 64 - bit < n - i ? 64 - bit : n - i;
 		uint64_t mask = (take == 64 ? ~0ull : ((1ull << take) - 1)) << bit;
-		uint64_t got = atomic_fetch_and(&r->dirty[pg / 64], ~mask) & mask;
+		uint64_t got = atomic_fetch_and(&r->dirty[bit_word(pg)], ~mask) & mask;
 
 		for (; got; got &= got - 1) {
 			size_t at = i + (size_t)__builtin_ctzll(got) - bit;
 
-			out[at / 64] |= 1ull << (at % 64);
+			out[bit_word(at)] |= bit_mask(at);
 			count++;
 		}
 		i += take;
@@ -127,62 +163,15 @@ static ssize_t collect_sync(struct faultd_region *r, uint64_t off,
 	return n;
 }
 
-static void set_bits(uint64_t *bitmap, size_t from, size_t to)
-{
-	for (size_t pg = from; pg < to; pg++)
-		bitmap[pg / 64] |= 1ull << (pg % 64);
-}
-
-/*
- * scan_protect() - one PAGEMAP_SCAN after another over [off, off + len)
- * that reports the written pages matching @a's categories and protects
- * them again; their bits go into @bitmap (pages from @off) unless it is
- * NULL. Returns the number of pages matched or -errno.
- */
-static ssize_t scan_protect(struct faultd_region *r, uint64_t off,
-			    size_t len, struct pm_scan_arg *a, uint64_t *bitmap)
-{
-	struct page_region vec[SCAN_VEC];
-	uintptr_t start = r->base + off, end = start + len;
-	ssize_t count = 0;
-
-	a->size = sizeof(*a);
-	a->flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC;
-	a->vec = (uintptr_t)vec;
-	a->vec_len = SCAN_VEC;
-	a->return_mask = PAGE_IS_WRITTEN;
-	if (bitmap)
-		memset(bitmap, 0,
-		       (len / r->page_size + 63) / 64 * sizeof(*bitmap));
-	for (a->start = start; a->start < end; a->start = a->walk_end) {
-		int n;
-
-		a->end = end;
-		n = ioctl(r->ctx->pagemap_fd, PAGEMAP_SCAN, a);
-		if (n < 0)
-			return -errno;
-		for (int i = 0; i < n; i++) {
-			if (bitmap)
-				set_bits(bitmap,
-					 (vec[i].start - start) / r->page_size,
-					 (vec[i].end - start) / r->page_size);
-			count += (ssize_t)((vec[i].end - vec[i].start) /
-					   r->page_size);
-		}
-	}
-	return count;
-}
-
 /* Report written pages and protect them again. Under dirty_lock (read):
  * a discard is not half done (see above). */
 static ssize_t collect_async(struct faultd_region *r, uint64_t off,
 			     size_t len, uint64_t *bitmap)
 {
-	struct pm_scan_arg a = { .category_mask = PAGE_IS_WRITTEN };
 	ssize_t n;
 
 	pthread_rwlock_rdlock(&r->dirty_lock);
-	n = scan_protect(r, off, len, &a, bitmap);
+	n = pagemap_scan_protect(r, off, len, PAGE_IS_WRITTEN, 0, bitmap);
 	pthread_rwlock_unlock(&r->dirty_lock);
 	return n;
 }
@@ -194,12 +183,9 @@ static ssize_t collect_async(struct faultd_region *r, uint64_t off,
  */
 static int protect_emptied(struct faultd_region *r, uint64_t off, size_t len)
 {
-	struct pm_scan_arg a = {
-		.category_mask = PAGE_IS_WRITTEN | PAGE_IS_PRESENT |
-				 PAGE_IS_SWAPPED,
-		.category_inverted = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-	};
-	ssize_t n = scan_protect(r, off, len, &a, NULL);
+	ssize_t n = pagemap_scan_protect(
+		r, off, len, PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+		PAGE_IS_PRESENT | PAGE_IS_SWAPPED, NULL);
 
 	if (n < 0)
 		fd_err(r->ctx, "%s: cannot protect discarded pages: %s",
@@ -254,8 +240,8 @@ static int forget_locked(struct faultd_region *r, uint64_t off, size_t len)
 	if (n > r->dirty_words * 64 - first)
 		n = r->dirty_words * 64 - first;
 	for (size_t pg = first; pg < first + n; pg++)
-		atomic_fetch_and_explicit(&r->dirty[pg / 64],
-					  ~(1ull << (pg % 64)),
+		atomic_fetch_and_explicit(&r->dirty[bit_word(pg)],
+					  ~bit_mask(pg),
 					  memory_order_relaxed);
 	return 0;
 }

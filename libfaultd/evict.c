@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * evict.c - bounded memory and write-back: a region's resident budget, the
- * CLOCK that chooses what to evict, and faultd_region_sync().
+ * evict.c - bounded memory and write-back: a region's resident budget and
+ * the CLOCK that chooses what to evict.
  *
  * A region with a budget is a memfd with a page-cache base (base.c): its
  * pages are prepared in the page cache and mapped with UFFDIO_CONTINUE,
@@ -55,7 +55,6 @@
 #include "internal.h"
 
 #define EVICT_BATCH 256
-#define WRITEBACK_MAX (4ul << 20)	/* bytes per writeback() call */
 
 struct evict {
 	size_t high;		/* pages: the budget, never exceeded */
@@ -92,46 +91,6 @@ static struct page_state *state(struct faultd_region *r, uint64_t off)
 }
 
 /* ------------------------------------------------------------------------
- * Write-back.
- */
-
-/*
- * writeback() - [off, off + len) of @r from @src to the pager, counted.
- * On failure the range is reported dirty again. Returns 0 or -errno.
- */
-static int writeback(struct faultd_region *r, uint64_t off, size_t len,
-		     const void *src)
-{
-	struct pager_ref *p = r->cache ? r->cache->pager : r->pager;
-	bool serial = !pager_concurrent(p);
-	uint64_t n;
-	int ret;
-
-	if (serial) /* the caller holds the context lock (read) */
-		pthread_mutex_lock(&r->ctx->pager_lock);
-	ret = p->p.writeback(p->p.arg, r, off, src, len);
-	if (serial)
-		pthread_mutex_unlock(&r->ctx->pager_lock);
-
-	if (!ret) {
-		stat_add_shared(r->bg_stats, ST_WRITEBACKS, len / r->page_size);
-		stat_add_shared(r->bg_stats, ST_BYTES_WRITTEN, len);
-		return 0;
-	}
-	/* A failing device fails every retry: log the 1st, 2nd, 4th... */
-	n = __atomic_add_fetch(&r->bg_stats->c[ST_PAGER_ERRORS], 1,
-			       __ATOMIC_RELAXED);
-	if (!(n & (n - 1)))
-		fd_err(r->ctx,
-		       "%s: write-back of %zu bytes at offset %#llx: %s "
-		       "(%llu failures; the pages stay dirty)",
-		       r->name, len, (unsigned long long)off, strerror(-ret),
-		       (unsigned long long)n);
-	dirty_rearm(r, off, len);
-	return ret;
-}
-
-/* ------------------------------------------------------------------------
  * Eviction.
  */
 
@@ -156,19 +115,6 @@ static size_t run_end(const struct evict *ev, size_t i, size_t n, size_t ps,
 	       (!by_dirty || ev->dirty[j] == ev->dirty[i]))
 		j++;
 	return j;
-}
-
-/* Take the dirty bits of the (unmapped) victims. */
-static void take_dirty(struct faultd_region *r, struct evict *ev, size_t n)
-{
-	pthread_rwlock_wrlock(&r->dirty_lock);
-	for (size_t i = 0; i < n; i++) {
-		size_t pg = ev->victims[i] / r->page_size;
-		uint64_t bit = 1ull << (pg % 64);
-
-		ev->dirty[i] = atomic_fetch_and(&r->dirty[pg / 64], ~bit) & bit;
-	}
-	pthread_rwlock_unlock(&r->dirty_lock);
 }
 
 /* Punch [off, off + len) out of the page cache and forget its pages. */
@@ -197,7 +143,7 @@ static bool evict_writeback(struct faultd_region *r, struct evict *ev,
 		size_t l = (j - k < max ? j - k : max) * ps;
 		uint64_t off = ev->victims[k];
 
-		if (writeback(r, off, l, r->cache->alias + off) < 0)
+		if (pager_call_writeback(r, off, l, r->cache->alias + off) < 0)
 			return false;
 	}
 	return true;
@@ -217,7 +163,7 @@ static size_t evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 		j = run_end(ev, i, n, ps, false);
 		zap(r, ev->victims[i] / ps, j - i);
 	}
-	take_dirty(r, ev, n);
+	dirty_take_pages(r, ev->victims, n, ev->dirty);
 	for (size_t i = 0, j; i < n; i = j) {
 		j = run_end(ev, i, n, ps, true);
 		if (ev->dirty[i] && !evict_writeback(r, ev, i, j)) {
@@ -238,9 +184,9 @@ static size_t evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 /* Clear the page's used bit; returns whether it was set. */
 static bool ref_test_clear(struct evict *ev, size_t pg)
 {
-	uint64_t bit = 1ull << (pg % 64);
+	uint64_t bit = bit_mask(pg);
 
-	return atomic_fetch_and(&ev->ref[pg / 64], ~bit) & bit;
+	return atomic_fetch_and(&ev->ref[bit_word(pg)], ~bit) & bit;
 }
 
 /*
@@ -450,7 +396,7 @@ void evict_mapped(struct faultd_region *r, uint64_t off, size_t len)
 				  memory_order_relaxed);
 	for (size_t pg = off / r->page_size; pg < (off + len) / r->page_size;
 	     pg++)
-		atomic_fetch_or_explicit(&r->ev->ref[pg / 64], 1ull << (pg % 64),
+		atomic_fetch_or_explicit(&r->ev->ref[bit_word(pg)], bit_mask(pg),
 					 memory_order_relaxed);
 }
 
@@ -554,12 +500,29 @@ void evict_shrink(struct faultd_region *r, size_t old_len, size_t len)
 }
 
 /*
- * take_range() - own every page of [off, off + len), waiting for those
- * someone holds; the states they had go to @was (READY, NONE or STALE).
- * Context: ev->lock held, so no evictor holds pages.
+ * evict_lock() - hold off the evictor thread, the threads that make room
+ * and discards of @r (ev->lock), for faultd_region_sync(); nothing without
+ * a budget. Context: the region's lock held for reading.
  */
-static void take_range(struct faultd_region *r, uint64_t off, size_t len,
-		       int32_t *was)
+void evict_lock(struct faultd_region *r)
+{
+	if (r->ev)
+		pthread_mutex_lock(&r->ev->lock);
+}
+
+void evict_unlock(struct faultd_region *r)
+{
+	if (r->ev)
+		pthread_mutex_unlock(&r->ev->lock);
+}
+
+/*
+ * evict_take_range() - own every page of [off, off + len), waiting for
+ * those someone holds; the states they had go to @was (READY, NONE or
+ * STALE). Context: ev->lock held (evict_lock()), so no evictor holds pages.
+ */
+void evict_take_range(struct faultd_region *r, uint64_t off, size_t len,
+		      int32_t *was)
 {
 	for (size_t i = 0; i < len / r->page_size; i++) {
 		bool stale = false;
@@ -588,7 +551,7 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len)
 	for (uint64_t o = off; o < off + len; o += chunk) {
 		size_t l = off + len - o < chunk ? off + len - o : chunk, gone = 0;
 
-		take_range(r, o, l, ev->was);
+		evict_take_range(r, o, l, ev->was);
 		if (fallocate(r->cache->memfd,
 			      FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 			      (off_t)o, (off_t)l) < 0 && !ret)
@@ -601,114 +564,5 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len)
 		atomic_fetch_sub(&ev->resident, gone);
 	}
 	pthread_mutex_unlock(&ev->lock);
-	return ret;
-}
-
-/* ------------------------------------------------------------------------
- * faultd_region_sync()
- */
-
-/*
- * sync_run() - write back the dirty run [off, off + len) (len <=
- * WRITEBACK_MAX). With a budget, from the alias, holding the pages so
- * that none is evicted or re-read meanwhile; a page that turns out not to
- * be in the page cache was evicted, written back already.
- */
-static int sync_run(struct faultd_region *r, uint64_t off, size_t len)
-{
-	size_t ps = r->page_size, n = len / ps;
-	int32_t was[WRITEBACK_MAX / 4096];
-	int ret = 0;
-
-	if (!r->ev)
-		return writeback(r, off, len, (const char *)r->base + off);
-	take_range(r, off, len, was);
-	for (size_t i = 0, j; i < n; i = j) {
-		for (j = i + 1; j < n && (was[j] == PAGE_READY) ==
-						 (was[i] == PAGE_READY);
-		     j++)
-			;
-		if (was[i] == PAGE_READY) {
-			int err = writeback(r, off + i * ps, (j - i) * ps,
-					    r->cache->alias + off + i * ps);
-
-			ret = ret ? ret : err;
-		}
-	}
-	for (size_t i = 0; i < n; i++)
-		base_release(state(r, off + i * ps), was[i]);
-	return ret;
-}
-
-/* Write back each run of set bits of @bitmap (pages from @off). */
-static int sync_bitmap(struct faultd_region *r, uint64_t off, size_t len,
-		       const uint64_t *bitmap)
-{
-	size_t ps = r->page_size, n = len / ps, max = WRITEBACK_MAX / ps;
-	int ret = 0;
-
-	for (size_t i = 0, j; i < n; i = j) {
-		if (!(bitmap[i / 64] & (1ull << (i % 64)))) {
-			j = i + 1;
-			continue;
-		}
-		for (j = i + 1; j < n && j - i < max &&
-				(bitmap[j / 64] & (1ull << (j % 64)));
-		     j++)
-			;
-		int err = sync_run(r, off + i * ps, (j - i) * ps);
-
-		ret = ret ? ret : err;
-	}
-	return ret;
-}
-
-static int sync_check(struct faultd_region *r, uint64_t off, size_t len)
-{
-	struct pager_ref *p;
-	size_t cur;
-
-	if (!r || !len || (off | len) & (r->page_size - 1))
-		return -EINVAL;
-	cur = atomic_load(&r->len);
-	if (off >= cur || len > cur - off)
-		return -EINVAL;
-	p = r->cache ? r->cache->pager : r->pager;
-	if (r->wp_mode == WP_NONE || !p || !p->p.writeback || !r->ops->sync)
-		return -EOPNOTSUPP; /* a clone's pages are not the file's */
-	if (r->snaps) /* clones read unfilled pages from the file */
-		return -EBUSY;
-	return in_handler_of(r->ctx) ? -EDEADLK : 0;
-}
-
-FAULTD_EXPORT int faultd_region_sync(struct faultd_region *r, uint64_t off,
-				     size_t len)
-{
-	struct pager_ref *p;
-	uint64_t *bitmap;
-	bool locked;
-	ssize_t n;
-	int ret = sync_check(r, off, len);
-
-	if (ret < 0)
-		return ret;
-	bitmap = calloc((len / r->page_size + 63) / 64, sizeof(*bitmap));
-	if (!bitmap)
-		return -ENOMEM;
-	p = r->cache ? r->cache->pager : r->pager;
-	locked = !pager_concurrent(p);
-	if (locked)
-		map_read_lock(r->ctx);
-	pthread_rwlock_rdlock(&r->lock);
-	if (r->ev)
-		pthread_mutex_lock(&r->ev->lock);
-	n = dirty_collect(r, off, len, bitmap);
-	ret = n < 0 ? (int)n : n ? sync_bitmap(r, off, len, bitmap) : 0;
-	if (r->ev)
-		pthread_mutex_unlock(&r->ev->lock);
-	pthread_rwlock_unlock(&r->lock);
-	if (locked)
-		map_read_unlock(r->ctx);
-	free(bitmap);
 	return ret;
 }

@@ -237,13 +237,11 @@ int fault_copy(struct fault *f, const void *src)
 	int ret;
 
 	if (f->flags & FAULT_DIRTIES) {
-		/* Marked and installed under dirty_lock: see dirty.c. */
+		/* Marked and installed as one step: see dirty.c. */
 		fault_before_write(f, src);
-		pthread_rwlock_rdlock(&f->r->dirty_lock);
-		if (f->r->wp_mode == WP_SYNC)
-			dirty_mark(f->r, f->off, f->len);
+		dirty_write_begin(f->r, f->off, f->len);
 		fault_inst(f, INST_COPY, f->addr, f->len, src, 0, &res);
-		pthread_rwlock_unlock(&f->r->dirty_lock);
+		dirty_write_end(f->r);
 	} else {
 		fault_inst(f, INST_COPY, f->addr, f->len, src, 0, &res);
 	}
@@ -527,19 +525,17 @@ int fault_continue(struct fault *f, bool prepared)
 
 /*
  * fault_unprotect() - let the write go on: record the page as dirty and
- * remove its protection, which wakes the writer. Both under dirty_lock
- * for reading, so that no collection sits between them (dirty.c).
+ * remove its protection, which wakes the writer, as one step against
+ * collections (dirty_write_begin(), dirty.c).
  */
 static int fault_unprotect(struct fault *f)
 {
 	struct faultd_region *r = f->r;
 	int ret;
 
-	pthread_rwlock_rdlock(&r->dirty_lock);
-	if (r->wp_mode == WP_SYNC)
-		dirty_mark(r, f->off, f->len);
+	dirty_write_begin(r, f->off, f->len);
 	ret = uffd_writeprotect(fault_uffd(f), f->addr, f->len, false);
-	pthread_rwlock_unlock(&r->dirty_lock);
+	dirty_write_end(r);
 	ret = fault_finish_err(f, ret);
 	if (ret >= 0)
 		return ret;

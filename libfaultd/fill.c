@@ -48,7 +48,7 @@ static bool fill_claimed(const struct faultd_region *r)
 /* fill_setup() - the claims of a new region, for its whole reservation. */
 int fill_setup(struct faultd_region *r)
 {
-	size_t words = (r->max_len / r->page_size + 63) / 64;
+	size_t words = bitmap_words(r->max_len / r->page_size);
 
 	if (!fill_claimed(r))
 		return 0;
@@ -71,18 +71,18 @@ void fill_free(struct faultd_region *r)
 /* Take page @pg; false if someone else has it. */
 static bool claim_page(struct faultd_region *r, size_t pg)
 {
-	uint64_t bit = 1ull << (pg % 64);
+	uint64_t bit = bit_mask(pg);
 
-	return !(atomic_fetch_or(&r->claims[pg / 64], bit) & bit);
+	return !(atomic_fetch_or(&r->claims[bit_word(pg)], bit) & bit);
 }
 
 /* Let page @pg go; whether a fault waited on it meanwhile. */
 static bool unclaim_page(struct faultd_region *r, size_t pg)
 {
-	uint64_t bit = 1ull << (pg % 64);
+	uint64_t bit = bit_mask(pg);
 
-	atomic_fetch_and(&r->claims[pg / 64], ~bit);
-	return atomic_fetch_and(&r->claim_waiters[pg / 64], ~bit) & bit;
+	atomic_fetch_and(&r->claims[bit_word(pg)], ~bit);
+	return atomic_fetch_and(&r->claim_waiters[bit_word(pg)], ~bit) & bit;
 }
 
 /*
@@ -92,9 +92,9 @@ static bool unclaim_page(struct faultd_region *r, size_t pg)
  */
 static bool wait_on_page(struct faultd_region *r, size_t pg)
 {
-	uint64_t bit = 1ull << (pg % 64);
+	uint64_t bit = bit_mask(pg);
 
-	atomic_fetch_or(&r->claim_waiters[pg / 64], bit);
+	atomic_fetch_or(&r->claim_waiters[bit_word(pg)], bit);
 	return claim_page(r, pg);
 }
 
@@ -106,7 +106,7 @@ static bool fill_racing(const struct faultd_region *r)
 
 static void span_mark_present(struct fill_span *sp, size_t i)
 {
-	sp->present[i / 64] |= 1ull << (i % 64);
+	sp->present[bit_word(i)] |= bit_mask(i);
 }
 
 /*
@@ -166,7 +166,7 @@ bool fill_missing(const struct faultd_region *r, const struct fill_span *sp,
 {
 	size_t i = (off - sp->first) / r->page_size;
 
-	return !(sp->present[i / 64] & (1ull << (i % 64)));
+	return !(sp->present[bit_word(i)] & bit_mask(i));
 }
 
 /*

@@ -352,6 +352,8 @@ void group_link_locked(struct faultd_group *g)
 {
 	struct faultd_ctx *ctx = g->ctx;
 
+	assert_map_write_held(ctx);
+	assert_mutex_held(&ctx->stats_lock);
 	g->next = ctx->groups;
 	if (g->next)
 		g->next->pprev = &g->next;
@@ -362,6 +364,8 @@ void group_link_locked(struct faultd_group *g)
 /* Take @g out of ctx->groups. Context: as group_link_locked(). */
 void group_unlink_locked(struct faultd_group *g)
 {
+	assert_map_write_held(g->ctx);
+	assert_mutex_held(&g->ctx->stats_lock);
 	*g->pprev = g->next;
 	if (g->next)
 		g->next->pprev = g->pprev;

@@ -132,6 +132,7 @@ static void heap_expand_locked(struct faultd_heap *h, uintptr_t old,
 {
 	uintptr_t dirty = atomic_load(&h->present_hi);
 
+	assert_mutex_held(&h->lock);
 	atomic_store(&h->brk, new);
 	if (old < dirty) {
 		size_t n = (dirty < new ? dirty : new) - old;
@@ -167,6 +168,7 @@ static int heap_move_locked(struct faultd_heap *h, uintptr_t new)
 {
 	uintptr_t old = atomic_load(&h->brk);
 
+	assert_mutex_held(&h->lock);
 	if (new < h->base)
 		return -EINVAL;
 	if (new > h->limit)

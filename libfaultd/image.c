@@ -27,7 +27,7 @@
  * changed on disk after the open is caught there, and the blocks that
  * needed it are errors. Each read of a data block checks it: a block that
  * does not match is an error (its pages are poisoned by the fault path),
- * never data. Reads go through io_uring (ring_rw(), file.c).
+ * never data. Reads go through io_uring (ring_rw(), ring.c).
  *
  * Locks: img->lock (a mutex) protects the cache; it is a leaf, held to
  * find a chunk in the cache or put one in, never across a read or a check.

@@ -3,13 +3,36 @@
  * internal.h - the library's own structures and cross-file prototypes,
  * grouped under the file that defines them.
  *
- * Lock order (outer to inner):
+ * Lock order, the whole of it (outer to inner; docs/HACKING.md says what
+ * each protects and who takes it):
+ *   heap->lock (a heap's break; growth takes nothing else)
  *   ctx->map_lock (the context lock, like mmap_lock)
- *     region->lock (the per-region lock, like the per-VMA lock)
- *       ctx->pager_lock (serializes unaudited pagers; only under map_lock)
- *         ctx->stats_lock (leaf)
+ *     region->lock (the per-region lock, like the per-VMA lock; not taken
+ *         by the slow fault path, which map_lock covers)
+ *       ctx->pager_lock (unaudited pagers; only under map_lock)
+ *       region->wp_claim[] (one write hook per write-protect fault)
+ *       ev->lock (a budget's CLOCK and victims; evict.c)
+ *         region->dirty_lock (the dirty bitmap against collections)
+ *       clone snapshot stripe locks (clone.c)
+ *       base page states (PAGE_BUSY, a futex; base.c) and fill claims
+ *           (a bit per page; fill.c): nothing waits for one holding
+ *           another, but sync and discard under ev->lock
+ *       ra->lock, pool->lock (prefetch.c)
+ *     slots_lock (sigbus.c; under map_lock held for writing)
+ *     ctx->stats_lock (the lists of regions and groups, retired counters)
+ *   Leaves, under anything: ctx->pf_lock, a port's read_lock (uloop.c),
+ *   image->lock and the checker's lock, rs->lock (restore.c), a working
+ *   set record's lock, ev->wait_lock.
+ * Held across a pager call (fill, writeback) and a write hook: the region
+ * lock (read), map_lock (read) for a pager without FAULTD_PAGER_CONCURRENT
+ * and for hooks on the slow path, pager_lock, a wp_claim lock, ev->lock
+ * (write-back), a page's BUSY state or fill claim. A pager or hook that
+ * blocks holds up its region's writers (resize, destroy) - and, through
+ * map_lock, every region's - so it must not block indefinitely.
  * RCU read-side sections (liburcu bp) nest inside nothing and contain no
  * blocking call; only handler threads are RCU readers.
+ * With -Ddebug-checks=true the _locked functions assert what they need
+ * (assert_map_write_held() and friends, below).
  */
 #ifndef FAULTD_INTERNAL_H
 #define FAULTD_INTERNAL_H
@@ -20,6 +43,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "bitmap.h"
 #include "compat.h"
 #include "faultd.h"
 #include "inject.h"
@@ -37,6 +61,7 @@
  * -Ddebug-checks=true. */
 #ifdef FAULTD_DEBUG_CHECKS
 #include <assert.h>
+#include <errno.h>
 #define fd_assert_internal(x) assert(x)
 #else
 #define fd_assert_internal(x) ((void)0)
@@ -164,6 +189,12 @@ struct lock_stats {
 void lock_record(struct lock_stats *s, enum lock_item i, uint64_t ns);
 void lock_stats_sum(struct lock_stats *acc, const struct lock_stats *s);
 
+struct handler;
+void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
+void ctx_retire_stats_locked(struct faultd_ctx *ctx,
+			     const struct stat_block *s, unsigned int n);
+void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
+
 /* ------------------------------------------------------------------------
  * clear.c - range clears.
  */
@@ -173,7 +204,7 @@ void clear_per_4k(void *dst, size_t len); /* the bench's reference only */
 void clear_with(int strategy, void *dst, size_t len);
 
 /* ------------------------------------------------------------------------
- * ctx.c - contexts, the context lock, logging.
+ * ctx.c - contexts.
  */
 
 struct region_map;
@@ -229,6 +260,10 @@ struct faultd_ctx {
 	struct pf_pool *pf;
 };
 
+/* ------------------------------------------------------------------------
+ * log.c - the log sink: lines to the context's callback.
+ */
+
 void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 #define fd_err(ctx, ...) fd_log(ctx, FAULTD_LOG_ERR, __VA_ARGS__)
@@ -236,19 +271,41 @@ void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
 #define fd_info(ctx, ...) fd_log(ctx, FAULTD_LOG_INFO, __VA_ARGS__)
 #define fd_dbg(ctx, ...) fd_log(ctx, FAULTD_LOG_DEBUG, __VA_ARGS__)
 
+/* ------------------------------------------------------------------------
+ * opts.c - option structs of any size (copy_struct_from_user()).
+ */
+
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
+
+/* ------------------------------------------------------------------------
+ * thread.c - the library's own threads: named, signals blocked.
+ */
+
+int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
+		 const char *name);
+
+/* ------------------------------------------------------------------------
+ * lock.c - the context lock; writer-preferring rwlocks.
+ */
+
 int rwlock_init_writer_pref(pthread_rwlock_t *lock);
 void map_read_lock(struct faultd_ctx *ctx);
 void map_read_unlock(struct faultd_ctx *ctx);
 void map_write_lock(struct faultd_ctx *ctx);
 void map_write_unlock(struct faultd_ctx *ctx);
-struct handler;
-void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
-void ctx_retire_stats_locked(struct faultd_ctx *ctx,
-			     const struct stat_block *s, unsigned int n);
-void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc);
-int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
-		 const char *name);
+bool map_lock_held(const struct faultd_ctx *ctx, bool write);
+
+/*
+ * What a _locked function needs, checked with -Ddebug-checks=true: the
+ * context lock (held for writing, or at all), or a mutex or rwlock held by
+ * someone (a try-lock fails: pthreads cannot name the holder; the one
+ * that needs it is the usual caller).
+ */
+#define assert_map_write_held(ctx) fd_assert_internal(map_lock_held(ctx, true))
+#define assert_map_held(ctx) fd_assert_internal(map_lock_held(ctx, false))
+#define assert_mutex_held(m) fd_assert_internal(pthread_mutex_trylock(m) == EBUSY)
+#define assert_rwlock_held(l)                                                \
+	fd_assert_internal(pthread_rwlock_trywrlock(l) == EBUSY)
 
 /* ------------------------------------------------------------------------
  * map.c - the region map: a sorted array of regions published with RCU.
@@ -302,7 +359,7 @@ extern char map_tsan_gp;
 #endif
 
 /* ------------------------------------------------------------------------
- * pager.c - pagers: shared references, the call to fill().
+ * pager.c - pagers: shared references, the calls to fill() and writeback().
  */
 
 struct pager_ref {
@@ -317,6 +374,9 @@ void pager_disown(struct pager_ref *ref);
 bool pager_concurrent(const struct pager_ref *ref);
 ssize_t pager_call_fill(struct faultd_region *r, struct pager_ref *ref,
 			uint64_t off, void *buf, size_t len);
+#define WRITEBACK_MAX (4ul << 20)	/* bytes per pager_call_writeback() */
+int pager_call_writeback(struct faultd_region *r, uint64_t off, size_t len,
+			 const void *src);
 
 /* ------------------------------------------------------------------------
  * region.c - regions: reserve, register, destroy, resize; the region lock.
@@ -489,12 +549,26 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len);
 int mem_discard(struct faultd_region *r, uint64_t off, size_t len);
 int mem_freeze(struct faultd_region *r);
 int mem_reregister(struct faultd_region *r);
-int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
-		uint64_t *pm);
+void region_read_unlock(struct faultd_region *r);
+
+/* ------------------------------------------------------------------------
+ * pagemap.c - what the page tables say: /proc/self/pagemap, PAGEMAP_SCAN.
+ */
+
+/* Bits of a /proc/self/pagemap entry (Documentation/admin-guide/mm/
+ * pagemap.rst; not in the uapi headers). */
 #define PM_PRESENT (1ull << 63)
 #define PM_SWAPPED (1ull << 62)
+#define PM_FILE (1ull << 61)	/* a page-cache (or shared anonymous) page */
 #define PM_UFFD_WP (1ull << 57)	/* the PTE is userfaultfd write-protected */
-void region_read_unlock(struct faultd_region *r);
+
+int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
+		uint64_t *pm);
+int pagemap_present(struct faultd_ctx *ctx, uintptr_t addr);
+int pagemap_has_private(const struct faultd_region *r);
+ssize_t pagemap_scan_protect(struct faultd_region *r, uint64_t off,
+			     size_t len, uint64_t mask, uint64_t inverted,
+			     uint64_t *bitmap);
 
 /* ------------------------------------------------------------------------
  * huge.c - huge-page regions: sizes, flags, reservation errors.
@@ -555,6 +629,10 @@ void clone_child_destroy_locked(struct faultd_region *child);
  */
 
 void dirty_mark(struct faultd_region *r, uint64_t off, size_t len);
+void dirty_write_begin(struct faultd_region *r, uint64_t off, size_t len);
+void dirty_write_end(struct faultd_region *r);
+void dirty_take_pages(struct faultd_region *r, const uint64_t *offs,
+		      size_t n, bool *was);
 int bitmap_grow(_Atomic uint64_t **map, size_t *words, size_t bits);
 int dirty_alloc(struct faultd_region *r, size_t len);
 
@@ -621,7 +699,7 @@ int fill_copy(struct faultd_region *r, uint64_t off, const void *src,
 	      struct fill_result *res);
 
 /* ------------------------------------------------------------------------
- * evict.c - bounded memory: the resident budget, CLOCK, write-back, sync.
+ * evict.c - bounded memory: the resident budget, CLOCK, eviction.
  */
 
 int evict_setup(struct faultd_region *r, const struct faultd_region_opts *o);
@@ -635,12 +713,22 @@ size_t evict_reserve(struct faultd_region *r, size_t want, bool over);
 void evict_unreserve(struct faultd_region *r, size_t pages);
 bool evict_make_room(struct faultd_region *r);
 int evict_discard(struct faultd_region *r, uint64_t off, size_t len);
+void evict_lock(struct faultd_region *r);
+void evict_unlock(struct faultd_region *r);
+void evict_take_range(struct faultd_region *r, uint64_t off, size_t len,
+		      int32_t *was);
 
 /* ------------------------------------------------------------------------
  * file.c - the file pager.
  */
 
 bool pager_is_file(const struct faultd_pager *p);
+
+/* ------------------------------------------------------------------------
+ * ring.c - file I/O through io_uring, a ring per thread.
+ */
+
+int ring_probe(void);
 ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
 void ring_thread_close(void);
 

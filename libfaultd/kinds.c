@@ -5,15 +5,19 @@
  * content comes from; the memory behind it (anonymous, memfd, hugetlb:
  * enum region_kind, mem.c) is another matter.
  *
- *   kind     content                        fault            discard  resize prefetch sync
- *   missing  zeros, or the pager's          do_missing_fault dirty    yes    yes      yes
- *   heap     zeros below the break          do_heap_fault    dirty    yes    -        yes
- *   base     a page cache (hugetlb memfd)   do_base_fault    dirty    yes    -        yes
- *   budget   a page cache within a budget   do_base_fault    evict    yes    yes      yes
- *   view     a clone's view of a frozen     do_base_fault    dirty    -      -        -
- *            memfd (MEMFD_PRIVATE)
- *   cow      a clone's parent, as of the    do_cow_fault     -        -      -        -
- *            clone (copy on write)
+ *   kind    content                     fault   discard resize prefetch sync
+ *   missing zeros, or the pager's       missing dirty   yes    yes      yes
+ *   heap    zeros below the break       heap    dirty   yes    -        yes
+ *   base    a page cache: hugetlb memfd base    dirty   yes    -        yes
+ *   budget  a page cache with a budget  base    evict   yes    yes      yes
+ *   view    a clone's view of a frozen  base    dirty   -      -        -
+ *           memfd (MEMFD_PRIVATE)
+ *   cow     the clone's parent as it    cow     -       -      -        -
+ *           was (copy on write)
+ *
+ * (fault: do_missing_fault(), fault.c; do_heap_fault(), heap.c;
+ * do_base_fault(), base_fault.c; do_cow_fault(), clone.c. discard:
+ * dirty_discard(), dirty.c; evict_discard(), evict.c.)
  *
  * What the state of a region adds at run time stays with the operation:
  * -EBUSY while it has clones or is one (resize), a page size prefetch

@@ -130,6 +130,7 @@ int map_insert_locked(struct faultd_ctx *ctx, struct faultd_region *r,
 	size_t len = atomic_load_explicit(&r->len, memory_order_relaxed);
 	size_t i = map_upper_bound(m, r->base);
 
+	assert_map_write_held(ctx);
 	if ((i > 0 && overlaps(m->e[i - 1].region, r->base, len)) ||
 	    (i < m->nr && overlaps(m->e[i].region, r->base, len)))
 		return -EEXIST;
@@ -172,6 +173,7 @@ struct region_map *map_remove_locked(struct faultd_ctx *ctx,
 	struct region_map *m = ctx->map, *n;
 	size_t i = map_upper_bound(m, r->base) - 1;
 
+	assert_map_write_held(ctx);
 	fd_assert_internal(m->e[i].region == r);
 	n = map_alloc(m->nr - 1);
 	if (!n) {

@@ -359,26 +359,6 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len)
 }
 
 /*
- * mem_pagemap() - the /proc/self/pagemap entries of the @n small pages from
- * @addr (PM_PRESENT, PM_SWAPPED). Returns 0, or -EIO when they cannot be
- * read: then every entry is 0, "not present" - right for callers that
- * fill such pages, wrong for those that would skip them (check).
- */
-int mem_pagemap(struct faultd_ctx *ctx, uintptr_t addr, size_t n,
-		uint64_t *pm)
-{
-	size_t ps = (size_t)ctx->page_size;
-	off_t at = (off_t)(addr / ps * sizeof(*pm));
-
-	if (ctx->pagemap_fd >= 0 &&
-	    pread(ctx->pagemap_fd, pm, n * sizeof(*pm), at) ==
-		    (ssize_t)(n * sizeof(*pm)))
-		return 0;
-	memset(pm, 0, n * sizeof(*pm));
-	return -EIO;
-}
-
-/*
  * mem_discard() - drop [off, off + len) so that the next access faults.
  * Private memory is zapped (its pages freed). shmem pages are punched out of
  * the file, since zapping the mapping alone would leave them in the page

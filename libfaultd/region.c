@@ -45,6 +45,7 @@ uint64_t region_write_lock_locked(struct faultd_region *r)
 {
 	uint64_t asked = now_ns(), held;
 
+	assert_map_write_held(r->ctx);
 	pthread_rwlock_wrlock(&r->lock);
 	held = now_ns();
 	lock_record(&r->ctx->wlocks, LK_REGION_WRITE_WAIT, held - asked);
@@ -449,6 +450,7 @@ static void region_link_locked(struct faultd_region *r)
 {
 	struct faultd_ctx *ctx = r->ctx;
 
+	assert_map_write_held(r->ctx);
 	pthread_mutex_lock(&ctx->stats_lock);
 	r->next = ctx->regions;
 	if (r->next)
@@ -470,6 +472,7 @@ static void region_unlink_locked(struct faultd_region *r)
 {
 	struct faultd_ctx *ctx = r->ctx;
 
+	assert_map_write_held(r->ctx);
 	pthread_mutex_lock(&ctx->stats_lock);
 	*r->pprev = r->next;
 	if (r->next)
@@ -584,6 +587,7 @@ static struct region_map *region_kill_locked(struct faultd_region *r)
 	struct region_map *old = map_remove_locked(r->ctx, r);
 	uint64_t held = region_write_lock_locked(r);
 
+	assert_map_write_held(r->ctx);
 	r->dead = true;
 	sigbus_remove(r);
 	/*
@@ -663,6 +667,8 @@ static int region_resize_locked(struct faultd_region *r, size_t old_len,
 {
 	int ret = 0;
 
+	assert_map_write_held(r->ctx);
+	assert_rwlock_held(&r->lock);
 	if (len > old_len && r->wp_mode == WP_SYNC)
 		ret = dirty_alloc(r, len);
 	if (!ret && len > old_len)

@@ -130,7 +130,7 @@ static int rec_setup(struct rwset *w, const char *path)
 	uint32_t idx;
 
 	w->record_path = strdup(path);
-	w->seen = calloc((pages + 63) / 64 + 1, sizeof(*w->seen));
+	w->seen = calloc(bitmap_words(pages) + 1, sizeof(*w->seen));
 	if (!w->record_path || !w->seen)
 		return -ENOMEM;
 	wset_image_space(w->img, &mine);
@@ -221,11 +221,11 @@ void rws_daemon_fds(const struct rwset *w, int *record_fd, int *set_fd)
  */
 void rws_note_fault(struct rwset *w, uint64_t off)
 {
-	uint64_t page = off / w->r->page_size, bit = 1ull << (page % 64);
+	uint64_t page = off / w->r->page_size, bit = bit_mask(page);
 
 	if (!w->recording)
 		return;
-	if (atomic_fetch_or(&w->seen[page / 64], bit) & bit)
+	if (atomic_fetch_or(&w->seen[bit_word(page)], bit) & bit)
 		return;
 	wset_rec_add(&w->rec, 0, page);
 }

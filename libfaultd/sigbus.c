@@ -164,7 +164,7 @@ static void sig_mark_poisoned(struct faultd_region *r, uintptr_t page)
 {
 	size_t i = poison_index(r, page);
 
-	atomic_fetch_or(&r->sig_staging->poisoned[i / 64], 1ull << (i % 64));
+	atomic_fetch_or(&r->sig_staging->poisoned[bit_word(i)], bit_mask(i));
 }
 
 /* Is this SIGBUS the access to a page we poisoned? Then it is final. */
@@ -175,8 +175,8 @@ static bool sig_poisoned(struct faultd_region *r, uintptr_t addr)
 	if (!r->sig_staging)
 		return false;
 	i = poison_index(r, addr);
-	return atomic_load(&r->sig_staging->poisoned[i / 64]) &
-	       (1ull << (i % 64));
+	return atomic_load(&r->sig_staging->poisoned[bit_word(i)]) &
+	       bit_mask(i);
 }
 
 /*
@@ -190,8 +190,8 @@ void sigbus_discarded(struct faultd_region *r, uint64_t off, size_t len)
 	for (uint64_t o = off; o < off + len; o += r->page_size) {
 		size_t i = o / r->page_size;
 
-		atomic_fetch_and(&r->sig_staging->poisoned[i / 64],
-				 ~(1ull << (i % 64)));
+		atomic_fetch_and(&r->sig_staging->poisoned[bit_word(i)],
+				 ~bit_mask(i));
 	}
 }
 
@@ -369,7 +369,7 @@ static int staging_alloc(struct faultd_region *r)
 		return -ENOMEM;
 	st->len = r->fault_around > r->page_size ? r->fault_around
 						 : r->page_size;
-	st->poisoned = fd_calloc((r->max_len / r->page_size + 63) / 64,
+	st->poisoned = fd_calloc(bitmap_words(r->max_len / r->page_size),
 				 sizeof(uint64_t));
 	if (!st->poisoned) {
 		free(st);
@@ -392,6 +392,8 @@ static int staging_alloc(struct faultd_region *r)
 /* A free slot of the table for @r, or -ENOSPC. Context: slots_lock. */
 static int slot_take_locked(struct faultd_region *r)
 {
+	assert_mutex_held(&slots_lock);
+
 	for (int i = 0; i < SIGBUS_SLOTS; i++) {
 		struct sigbus_slot *s = &slots[i];
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * stats.c - fault counters and latency histograms.
+ * stats.c - fault counters and latency histograms, and a context's sums of
+ * them.
  *
  * Counters live in struct stat_block, one per (region, handler thread): the
  * hot path increments its own cache line with no atomic read-modify-write
@@ -8,8 +9,14 @@
  * The latency histogram has FAULTD_HIST_SUB buckets per power of two of
  * nanoseconds, so p50/p99 are good to about 20%. Lock waits and holds
  * (struct lock_stats) use the same buckets.
+ *
+ * The blocks of regions and handler threads that are gone are folded into
+ * their context (ctx->retired) under stats_lock alone, a leaf lock, so
+ * that a pager or a write hook may read the statistics while it holds a
+ * region.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -153,4 +160,77 @@ void lock_stats_sum(struct lock_stats *acc, const struct lock_stats *s)
 			acc->h[i].b[b] +=
 				__atomic_load_n(&h->b[b], __ATOMIC_RELAXED);
 	}
+}
+
+/* Fold the counters of a destroyed region or an exiting group in. */
+void ctx_retire_stats_locked(struct faultd_ctx *ctx,
+			     const struct stat_block *s, unsigned int n)
+{
+	assert_mutex_held(&ctx->stats_lock);
+
+	for (unsigned int i = 0; i < n; i++)
+		stat_sum(&ctx->retired, &s[i]);
+}
+
+/* Fold the counters and lock times of an exited handler thread in. */
+void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h)
+{
+	pthread_mutex_lock(&ctx->stats_lock);
+	ctx_retire_stats_locked(ctx, &h->stats, 1);
+	lock_stats_sum(&ctx->locks_retired, &h->locks);
+	pthread_mutex_unlock(&ctx->stats_lock);
+}
+
+static void ctx_sum_live_locked(const struct faultd_ctx *ctx,
+				struct stat_block *acc)
+{
+	for (const struct faultd_region *r = ctx->regions; r; r = r->next) {
+		for (unsigned int i = 0; i < r->nr_stats; i++)
+			stat_sum(acc, &r->stats[i]);
+		stat_sum(acc, r->bg_stats);
+	}
+	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
+		for (unsigned int i = 0; i < g->nthreads; i++)
+			stat_sum(acc, &g->handlers[i].stats);
+}
+
+/*
+ * ctx_lock_stats() - the lock times of @ctx so far (see struct
+ * lock_stats) added to @acc: the fault path's of every handler thread,
+ * live or exited, and the writers'.
+ * Context: any thread; takes stats_lock (a leaf), as faultd_ctx_stats().
+ */
+void ctx_lock_stats(struct faultd_ctx *ctx, struct lock_stats *acc)
+{
+	pthread_mutex_lock(&ctx->stats_lock);
+	lock_stats_sum(acc, &ctx->locks_retired);
+	lock_stats_sum(acc, &ctx->wlocks);
+	for (const struct faultd_group *g = ctx->groups; g; g = g->next)
+		for (unsigned int i = 0; i < g->nthreads; i++)
+			lock_stats_sum(acc, &g->handlers[i].locks);
+	pthread_mutex_unlock(&ctx->stats_lock);
+}
+
+/*
+ * Under stats_lock alone (a leaf lock), not the context lock: a pager or
+ * write hook may call this while holding a region, with a writer waiting.
+ */
+FAULTD_EXPORT int faultd_ctx_stats(const struct faultd_ctx *cctx,
+				   struct faultd_stats *stats)
+{
+	struct faultd_ctx *ctx = (struct faultd_ctx *)cctx;
+	struct stat_block *acc;
+
+	if (!ctx || !stats || stats->size < sizeof(stats->size))
+		return -EINVAL;
+	acc = calloc(1, sizeof(*acc));
+	if (!acc)
+		return -ENOMEM;
+	pthread_mutex_lock(&ctx->stats_lock);
+	stat_sum(acc, &ctx->retired);
+	ctx_sum_live_locked(ctx, acc);
+	pthread_mutex_unlock(&ctx->stats_lock);
+	stat_export(stats, acc);
+	free(acc);
+	return 0;
 }

@@ -5,10 +5,10 @@
  * taking (bitmap_take(), what a sync collection returns), and forgetting
  * a range, bit by bit across word boundaries.
  *
- * bitmap_take() and set_bits() are static, so dirty.c is part of this
- * program: its other functions are the ones the library links with, here
- * compiled once more (the archive's copy is not linked: every symbol of it
- * is defined already).
+ * bitmap_take() is static, so dirty.c is part of this program: its other
+ * functions are the ones the library links with, here compiled once more
+ * (the archive's copy is not linked: every symbol of it is defined
+ * already). bitmap_set_range() is bitmap.h's.
  */
 #include <criterion/criterion.h>
 
@@ -100,15 +100,15 @@ Test(bitmap, mark_sets_exactly_the_pages_of_the_range)
 	region_fini(&r);
 }
 
-Test(bitmap, set_bits_sets_from_to_exclusive)
+Test(bitmap, set_range_sets_from_to_exclusive)
 {
 	uint64_t map[3] = { 0 };
 
-	set_bits(map, 63, 129);
+	bitmap_set_range(map, 63, 129);
 	cr_expect_eq(map[0], 1ull << 63);
 	cr_expect_eq(map[1], ~0ull);
 	cr_expect_eq(map[2], 1);
-	set_bits(map, 5, 5);
+	bitmap_set_range(map, 5, 5);
 	cr_expect_eq(map[0], 1ull << 63);
 }
 

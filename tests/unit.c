@@ -286,6 +286,8 @@ Test(map, sorted_insert_lookup_remove)
 				     0x20000 };
 
 	cr_assert_eq(map_init(&ctx), 0);
+	cr_assert_eq(rwlock_init_writer_pref(&ctx.map_lock), 0);
+	map_write_lock(&ctx); /* what the _locked calls need */
 	for (int i = 0; i < 5; i++) {
 		memset(&r[i], 0, sizeof(r[i]));
 		r[i].base = bases[i];
@@ -308,6 +310,8 @@ Test(map, sorted_insert_lookup_remove)
 	cr_expect_null(map_lookup(&ctx, 0x30000));
 	cr_expect_eq(map_lookup(&ctx, 0x20000), &r[4]);
 	cr_expect_eq(ctx.map->nr, 4);
+	map_write_unlock(&ctx);
+	pthread_rwlock_destroy(&ctx.map_lock);
 	map_destroy(&ctx);
 }
 

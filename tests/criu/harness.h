@@ -425,7 +425,9 @@ static inline void h_go_and_check(struct h_task *t, char *line, size_t len)
 	st = h_wait(t->pid, H_DEADLINE_MS);
 	cr_assert(st != -ETIMEDOUT, "the restored workload did not finish");
 	fd = open(h_path("result"), O_RDONLY | O_CLOEXEC);
-	cr_assert(fd >= 0, "no result file");
+	cr_assert(fd >= 0, "no result file: the workload %s %d",
+		  WIFSIGNALED(st) ? "died of signal" : "exited with",
+		  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	cr_assert(n > 0);
