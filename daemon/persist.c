@@ -93,7 +93,7 @@ static int state_map(struct space *sp, size_t len)
  */
 int state_create(struct space *sp)
 {
-	size_t words = (sp->nr_pages + 63) / 64 + 1;
+	size_t words = bitmap_words(sp->nr_pages) + 1;
 	struct kspace h = {
 		.version = KSTATE_VERSION,
 		.page_size = (uint32_t)sp->page_size,
@@ -162,7 +162,7 @@ static bool head_ok(const struct kspace *h, uint64_t len)
 	return !memcmp(h->magic, KSPACE_MAGIC, sizeof(h->magic)) &&
 	       h->version == KSTATE_VERSION && h->page_size >= 4096 &&
 	       !(h->page_size & (h->page_size - 1)) &&
-	       h->words == (h->nr_pages + 63) / 64 + 1 &&
+	       h->words == bitmap_words(h->nr_pages) + 1 &&
 	       h->seg_off + h->nseg * sizeof(struct sseg) <= h->done_off &&
 	       h->done_off + h->words * 8 <= h->zero_off &&
 	       h->zero_off + h->words * 8 <= h->fixed_len &&

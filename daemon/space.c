@@ -50,16 +50,16 @@
 
 static bool bit_test(_Atomic uint64_t *bm, uint64_t i)
 {
-	return atomic_load_explicit(&bm[i / 64], memory_order_acquire) &
-	       (1ull << (i % 64));
+	return atomic_load_explicit(&bm[bit_word(i)], memory_order_acquire) &
+	       bit_mask(i);
 }
 
 /* Set bit @i; returns whether it was clear. */
 static bool bit_set(_Atomic uint64_t *bm, uint64_t i)
 {
-	uint64_t bit = 1ull << (i % 64);
+	uint64_t bit = bit_mask(i);
 
-	return !(atomic_fetch_or(&bm[i / 64], bit) & bit);
+	return !(atomic_fetch_or(&bm[bit_word(i)], bit) & bit);
 }
 
 /* The segment that tracks source offset @off, or NULL. */
@@ -937,7 +937,7 @@ bool space_next_pending(struct space *sp, uint64_t from,
 			if (!page_pending(sp, r, a, &bit)) {
 				/* A whole word of done pages: skip it. */
 				if (bit % 64 == 0 &&
-				    atomic_load(&sp->done[bit / 64]) == ~0ull &&
+				    atomic_load(&sp->done[bit_word(bit)]) == ~0ull &&
 				    a + 64 * sp->page_size <=
 					    r->start + r->len &&
 				    seg_find(sp, r->src_off + (a - r->start)) ==
@@ -1278,7 +1278,7 @@ static uint64_t count_pending(const struct space *sp)
 {
 	uint64_t done = 0;
 
-	for (uint64_t w = 0; w < (sp->nr_pages + 63) / 64; w++)
+	for (uint64_t w = 0; w < bitmap_words(sp->nr_pages); w++)
 		done += (uint64_t)__builtin_popcountll(
 			atomic_load(&sp->done[w]));
 	return sp->nr_pages - done;
@@ -1304,7 +1304,7 @@ static void record_space(struct space *sp)
 	if (!sp->s->rec || sp->seen)
 		return;
 	space_describe(sp, &d);
-	sp->seen = calloc((sp->nr_pages + 63) / 64 + 1, sizeof(*sp->seen));
+	sp->seen = calloc(bitmap_words(sp->nr_pages) + 1, sizeof(*sp->seen));
 	if (!sp->seen || wset_rec_space(sp->s->rec, &d, &sp->rec_space)) {
 		dlog(0, "%s: space %llu: its faults cannot be recorded: out "
 			"of memory", sp->s->o.name, (unsigned long long)sp->id);
@@ -1336,7 +1336,7 @@ void space_restored(struct space *sp)
 int space_fork_locked(struct space *sp, int ufd, struct space **childp)
 {
 	struct space *c = space_alloc(sp->s, sp->src, sp->page_size);
-	size_t words = (sp->nr_pages + 63) / 64 + 1;
+	size_t words = bitmap_words(sp->nr_pages) + 1;
 
 	if (!c)
 		return -ENOMEM;
