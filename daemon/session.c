@@ -77,6 +77,7 @@ static int record_setup(struct session *s)
 	if (!s->rec)
 		return -ENOMEM;
 	wset_rec_init(s->rec);
+	atomic_init(&s->rec_open, true);
 	return 0;
 }
 
@@ -367,6 +368,46 @@ int session_record_save(struct session *s)
 	return ret;
 }
 
+/*
+ * The record ends: written now, no first fault noted from here on, the
+ * spaces' fault-around back, and a push that waited for it goes.
+ * Context: the control loop's thread.
+ */
+static void record_end(struct session *s)
+{
+	if (!s->rec || !atomic_load(&s->rec_open))
+		return;
+	atomic_store(&s->rec_open, false);
+	session_record_save(s);
+	pthread_rwlock_rdlock(&s->spaces_lock);
+	for (struct space *sp = s->spaces; sp; sp = sp->next)
+		space_record_ended(sp);
+	pthread_rwlock_unlock(&s->spaces_lock);
+	pthread_cond_broadcast(&s->push_cond);
+}
+
+/*
+ * session_record_end() - ask @s to write its record now and to end it
+ * (the control loop does it). Nothing when it does not record.
+ * Context: any thread.
+ */
+void session_record_end(struct session *s)
+{
+	if (!s->rec)
+		return;
+	atomic_store(&s->rec_end_asked, true);
+	session_wake(s);
+}
+
+/* session_record_end() of every running session. Context: any thread. */
+void sessions_record_end_all(void)
+{
+	pthread_mutex_lock(&sessions_lock);
+	for (struct session *s = sessions; s; s = s->next)
+		session_record_end(s);
+	pthread_mutex_unlock(&sessions_lock);
+}
+
 /* ------------------------------------------------------------------------
  * Handler threads.
  */
@@ -514,9 +555,10 @@ static void control_loop(struct session *s)
 				session_stop(s);
 		/* Every page in: nothing can fault for the first time any
 		 * more, and the record is whole before the peer hears of it
-		 * (a recording session only: else this is -ENOENT). */
-		if (all_in && !told_all_in)
-			session_record_save(s);
+		 * (a recording session only). Or the front end ends it. */
+		if ((all_in && !told_all_in) ||
+		    atomic_exchange(&s->rec_end_asked, false))
+			record_end(s);
 		if (atomic_load(&s->stop) || !s->fe->tick) {
 			told_all_in = all_in;
 			continue;
