@@ -192,9 +192,16 @@ int session_own_source(struct session *s, struct source *src)
  */
 int session_adopt_space(struct session *s, struct space *sp)
 {
+	uint64_t pending = atomic_load(&sp->pending);
 	int ret;
 
 	pthread_rwlock_wrlock(&s->spaces_lock);
+	/* Counted before its faults can be served (once its uffd is in the
+	 * epoll set): a page done before would leave the count short, and
+	 * the session would never see all in. */
+	if (pending)
+		atomic_store(&s->all_in_ns, 0);
+	atomic_fetch_add(&s->pending, pending);
 	ret = epoll_add(s->epfd, sp->uffd, EPOLLIN, sp);
 	if (!ret && sp->pidfd >= 0) {
 		ret = epoll_add(s->ctl_epfd, sp->pidfd, EPOLLIN, sp);
@@ -205,15 +212,15 @@ int session_adopt_space(struct session *s, struct space *sp)
 		sp->next = s->spaces;
 		s->spaces = sp;
 		s->nr_spaces++;
-		atomic_fetch_add(&s->pending, atomic_load(&sp->pending));
-		atomic_store(&s->all_in_ns, 0);
+	} else { /* what its faults did not take meanwhile */
+		atomic_fetch_sub(&s->pending, atomic_load(&sp->pending));
 	}
 	pthread_rwlock_unlock(&s->spaces_lock);
+	/* Nothing pending (an adopted space whose pages are all in, or
+	 * none added): all in now, as a last page going in would say. */
+	if (!atomic_load(&s->pending))
+		session_note_all_in(s);
 	if (!ret) {
-		/* Nothing pending (an adopted space whose pages are all in):
-		 * all in now, as a last page going in would have said. */
-		if (!atomic_load(&s->pending))
-			session_note_all_in(s);
 		pthread_cond_broadcast(&s->push_cond);
 		session_wake(s);
 		if (atomic_load(&s->running)) /* a fork: keep the child too */

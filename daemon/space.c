@@ -117,9 +117,18 @@ static bool seg_bit(const struct space *sp, uint64_t off, uint64_t *bit)
 /* Nothing is left to do for tracked page @bit. */
 static void page_done(struct space *sp, uint64_t bit)
 {
+	uint64_t left;
+
 	if (!bit_set(sp->done, bit))
 		return;
-	atomic_fetch_sub(&sp->pending, 1);
+	/* space_mark_gone() may have taken the space's count already (an
+	 * install that woke its process, which exited at once): each unit
+	 * leaves the session's count once, here or there. */
+	left = atomic_load(&sp->pending);
+	do {
+		if (!left)
+			return;
+	} while (!atomic_compare_exchange_weak(&sp->pending, &left, left - 1));
 	if (atomic_fetch_sub(&sp->s->pending, 1) == 1)
 		session_note_all_in(sp->s);
 }
