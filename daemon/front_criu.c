@@ -26,6 +26,15 @@
  * session from its keeper, finds the message again at the head of the
  * stream and knows it (a task it has, RSTF it recorded) - nothing is lost
  * and nothing is answered with zeros.
+ *
+ * Working sets (faultd-working-set(5); the engine records and replays):
+ * a set's space is a task, named by its pid in the dump, its source that
+ * task's (whose identity is a digest of the dump's inventory and of the
+ * task's pid and pagemap). A recording restore pushes nothing until the
+ * record ends (every task's pages in or gone, or SIGUSR1 to the command):
+ * every page a task touches faults, and is in the set. A set to replay
+ * is checked against the dump before criu restore can connect
+ * (criu_wset_check()) and replayed after RSTF, before the push.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -120,6 +129,44 @@ static int task_source(struct lazy_pages *lp, pid_t pid, struct source **sp)
 	if (lp->ps)
 		return criu_page_server_source(lp->dump, pid, lp->ps, sp);
 	return criu_task_source_checked(lp->dump, pid, lp->sums, sp);
+}
+
+/* Is set space @d a live task of the dump, with that task's source? */
+static bool set_space_known(const struct wset_space *d, void *arg, char *why,
+			    size_t why_len)
+{
+	struct lazy_pages *lp = arg;
+	const struct criu_task *t;
+	size_t n = criu_dump_tasks(lp->dump, &t), i;
+	struct source *src = NULL;
+	bool same;
+
+	for (i = 0; i < n && (uint64_t)t[i].pid != d->space_id; i++)
+		;
+	if (i == n || t[i].zombie || task_source(lp, t[i].pid, &src)) {
+		snprintf(why, why_len, "it names task %llu, which is no live "
+			 "task of this dump", (unsigned long long)d->space_id);
+		return false;
+	}
+	same = d->src_size == src->size && d->page_size == src->page_size &&
+	       !memcmp(d->src_id, src->id, sizeof(src->id));
+	source_destroy(src);
+	if (!same)
+		snprintf(why, why_len, "task %llu: recorded for another dump "
+			 "(the set names a dump by its inventory and the "
+			 "task's pagemap)", (unsigned long long)d->space_id);
+	return same;
+}
+
+/*
+ * criu_wset_check() - is the set at @path one of restores of @lp's dump?
+ * Returns 0, or -errno with *why (replay_check()). Context: the command,
+ * before it listens.
+ */
+int criu_wset_check(struct lazy_pages *lp, const char *path, char *why,
+		    size_t why_len)
+{
+	return replay_check(path, set_space_known, lp, why, why_len);
 }
 
 /* ------------------------------------------------------------------------
@@ -435,14 +482,16 @@ static void criu_finish(struct session *s, struct criu_fe *f)
 	if (v.poisoned)
 		f->failed = true;
 	fprintf(stderr, "faultd lazy-pages: %s: %u tasks, %llu pages in "
-		"(%llu for faults, %llu pushed, %llu zero), %llu poisoned, "
-		"%llu faults, fault p50 %llu us p99 %llu us, %llu ms\n",
+		"(%llu for faults, %llu pushed, %llu zero; %llu replayed), "
+		"%llu poisoned, %llu faults, fault p50 %llu us p99 %llu us, "
+		"%llu ms\n",
 		v.poisoned ? "restore incomplete" : "all in", v.spaces,
 		(unsigned long long)(v.pages_urgent + v.pages_background +
 				     v.pages_zero),
 		(unsigned long long)v.pages_urgent,
 		(unsigned long long)v.pages_background,
 		(unsigned long long)v.pages_zero,
+		(unsigned long long)v.pages_replayed,
 		(unsigned long long)v.poisoned, (unsigned long long)v.faults,
 		(unsigned long long)(v.p50_ns / 1000),
 		(unsigned long long)(v.p99_ns / 1000),
@@ -613,7 +662,10 @@ int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 {
 	struct session_opts o = { .push = true, .push_fair = true,
 				  .around = lp->around,
-				  .handlers = lp->handlers };
+				  .handlers = lp->handlers,
+				  .wset_path = lp->wset,
+				  .record_path = lp->record,
+				  .push_after_record = true };
 	struct criu_fe *f = fe_new(lp, sock);
 	struct session *s = NULL;
 	int ret = f ? session_create(&o, NULL, NULL, &s) : -ENOMEM;

@@ -23,6 +23,8 @@ struct lazy_pages {
 	struct criu_ps *ps;	/* --page-server: the data from there */
 	struct criu_sums *sums;	/* --verify: every page checked */
 	size_t around;		/* --fault-around, bytes (0: the engine's) */
+	const char *wset;	/* --working-set, checked; NULL: none */
+	const char *record;	/* --record-working-set; NULL: none */
 	unsigned int handlers;	/* --handlers (0: the engine's) */
 	int done_fd;		/* eventfd: a session ended */
 	atomic_uint live;	/* sessions started and not freed */
@@ -39,5 +41,7 @@ void lazy_pages_ended(struct lazy_pages *lp, bool ok);
 extern const struct fe_kind criu_kind;
 void criu_front_init(struct lazy_pages *lp);
 int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid);
+int criu_wset_check(struct lazy_pages *lp, const char *path, char *why,
+		    size_t why_len);
 
 #endif /* FAULTD_FRONT_CRIU_H */

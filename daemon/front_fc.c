@@ -4,6 +4,7 @@
  * snapshot restores with the Uffd memory backend (faultd(8), "Firecracker").
  *
  *   faultd firecracker --socket PATH --mem-file FILE [--prefetch]
+ *                      [--working-set FILE | --record-working-set FILE]
  *                      [--allow-uid UID]... [--handshake-timeout MS]
  *                      [--keeper-grace S] [--no-keeper] [-v]...
  *
@@ -17,6 +18,18 @@
  * holes are zeros). With --prefetch the session pushes the rest of the
  * memory after the first fault, at low priority. The session ends when
  * Firecracker goes: the socket's end of file, or its process's exit.
+ *
+ * Working sets (faultd-working-set(5); the engine records and replays):
+ * --record-working-set records the first VM served - its space 0, the
+ * memory file its source - the pages it faults on in the order of first
+ * touch, served a page at a time and with nothing pushed until the
+ * record ends: when the VM ends, every page is in, or SIGUSR1 asks; then
+ * the file is written (and --prefetch pushes). Later VMs are served as
+ * usual, not recorded: one file holds one VM's set. --working-set is
+ * checked against the memory file (its size and identity, src_file_id())
+ * before the socket listens; a set of another file is refused, logged
+ * and not used, and the VMs are served without it. Every VM then replays
+ * it before its push (and without --prefetch too), faults first.
  *
  * A handshake is refused - logged, the connection closed, nothing served,
  * the others served on - when the peer's uid is not allowed (the daemon's
@@ -71,6 +84,7 @@
 
 struct fc_opts {
 	const char *socket, *mem_file;
+	const char *wset, *record;	/* --working-set, --record-... */
 	bool prefetch;
 	uid_t allow[MAX_ALLOW];
 	unsigned int nr_allow;
@@ -79,6 +93,8 @@ struct fc_opts {
 static struct fc_opts fo;
 static int mem_fd = -1;		/* the memory file; sessions dup it */
 static uint64_t mem_size;
+static uint8_t mem_id[32];	/* its identity (src_file_id()) */
+static atomic_bool recording;	/* a VM's session records already */
 
 /*
  * What the daemon has served, for its exit line; under vms_lock (a leaf).
@@ -165,6 +181,7 @@ static void view_add(struct session_view *t, const struct session_view *v)
 	t->eagain += v->eagain;
 	t->removes += v->removes;
 	t->poisoned += v->poisoned;
+	t->pages_replayed += v->pages_replayed;
 }
 
 /* Its counters are final: into the daemon's totals. */
@@ -177,9 +194,9 @@ static void vm_ended(struct session *s)
 	view_add(&total, &v);
 	pthread_mutex_unlock(&vms_lock);
 	dlog(1, "%s: %" PRIu64 " faults, %" PRIu64 " pages in for them, %"
-		PRIu64 " pushed, %" PRIu64 " zero, %" PRIu64 " REMOVE events",
-	     s->o.name, v.faults, v.pages_urgent,
-	     v.pages_background, v.pages_zero, v.removes);
+		PRIu64 " pushed, %" PRIu64 " zero, %" PRIu64 " REMOVE events, %"
+		PRIu64 " pages replayed", s->o.name, v.faults, v.pages_urgent,
+	     v.pages_background, v.pages_zero, v.removes, v.pages_replayed);
 }
 
 static const struct session_fe_ops vm_ops = {
@@ -436,11 +453,29 @@ static int handshake_check(struct fc_conn *c, struct srange *r)
  */
 
 /* The session of a checked handshake, its space added. */
+/*
+ * The working sets of a new VM's session: the set to replay, if any;
+ * the record, if asked and no VM has it yet (*rec: this one has).
+ */
+static void vm_wset_opts(struct session_opts *o, bool *rec)
+{
+	bool no = false;
+
+	o->wset_path = fo.wset;
+	*rec = fo.record && atomic_compare_exchange_strong(&recording, &no,
+							   true);
+	if (*rec) {
+		o->record_path = fo.record;
+		o->push_after_record = true;
+	}
+}
+
 static int vm_session(struct fc_conn *c, const struct srange *r,
 		      struct session **sp)
 {
 	struct session_opts o = { .push = fo.prefetch,
 				  .push_after_first = fo.prefetch };
+	bool rec;
 	size_t ps = c->hs.r[0].page_size;
 	struct fc_vm *vm = calloc(1, sizeof(*vm));
 	struct source *src = NULL;
@@ -449,6 +484,7 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 	int fd = dup(mem_fd);
 	int ret = vm && fd >= 0 ? 0 : refuse(c, -ENOMEM, "%s", why);
 
+	vm_wset_opts(&o, &rec);
 	if (!ret)
 		ret = src_file_open_fd(fd, mem_size, ps, &src, c->why,
 				       sizeof(c->why));
@@ -468,8 +504,13 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 		source_destroy(src);
 		session_free(s);
 		free(vm);
+		if (rec) /* the next VM is recorded instead */
+			atomic_store(&recording, false);
 		return ret;
 	}
+	if (fo.record && !rec)
+		dlog(0, "VM pid %d: not recorded: --record-working-set records "
+			"the first VM only", (int)c->peer.pid);
 	c->uffd = c->peer.pidfd = -1; /* the space's now */
 	vm->sock = c->sock;
 	vm->page_size = ps;
@@ -524,9 +565,10 @@ static void *conn_main(void *arg)
 		return NULL;
 	}
 	conn_free(c);
-	dlog(1, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s",
+	dlog(1, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s%s%s",
 	     s->o.name, s->spaces->nr, s->spaces->nr_pages,
-	     s->spaces->page_size, fo.prefetch ? ", prefetch" : "");
+	     s->spaces->page_size, fo.prefetch ? ", prefetch" : "",
+	     s->rec ? ", recorded" : "", s->o.wset_path ? ", replay" : "");
 	session_run(s);
 	session_free(s); /* vm_free() uncounts it */
 	return NULL;
@@ -678,6 +720,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: faultd firecracker --socket PATH --mem-file FILE "
 		   "[--prefetch]\n"
+		   "                          [--working-set FILE | "
+		   "--record-working-set FILE]\n"
 		   "                          [--allow-uid UID]... "
 		   "[--handshake-timeout MS]\n"
 		   "                          [--keeper-grace S] [--no-keeper] "
@@ -690,6 +734,8 @@ static int parse(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "mem-file", required_argument, NULL, 'm' },
 		{ "prefetch", no_argument, NULL, 'p' },
+		{ "working-set", required_argument, NULL, 'w' },
+		{ "record-working-set", required_argument, NULL, 'r' },
 		{ "allow-uid", required_argument, NULL, 'u' },
 		{ "handshake-timeout", required_argument, NULL, 't' },
 		{ "keeper-grace", required_argument, NULL, 'g' },
@@ -705,6 +751,8 @@ static int parse(int argc, char **argv)
 		case 's': fo.socket = optarg; break;
 		case 'm': fo.mem_file = optarg; break;
 		case 'p': fo.prefetch = true; break;
+		case 'w': fo.wset = optarg; break;
+		case 'r': fo.record = optarg; break;
 		case 'u':
 			if (fo.nr_allow == MAX_ALLOW) {
 				fprintf(stderr, "faultd: --allow-uid: at most "
@@ -732,6 +780,12 @@ static int parse(int argc, char **argv)
 		usage(stderr);
 		return -1;
 	}
+	if (fo.wset && fo.record) {
+		fprintf(stderr, "faultd: --working-set and --record-working-"
+			"set: not both (a replayed page never faults, so a "
+			"set recorded with a replay would miss it)\n");
+		return -1;
+	}
 	return 0;
 }
 
@@ -752,7 +806,45 @@ static int open_mem_file(void)
 		return -1;
 	}
 	mem_size = (uint64_t)st.st_size;
+	src_file_id(&st, mem_id);
 	return 0;
+}
+
+/* Is set space @d one of a VM of the memory file (replay_check())? */
+static bool set_space_known(const struct wset_space *d, void *arg, char *why,
+			    size_t why_len)
+{
+	(void)arg;
+	if (d->space_id)
+		snprintf(why, why_len, "it has space %" PRIu64 ": not a set "
+			 "of a Firecracker VM (its space is 0)", d->space_id);
+	else if (d->src_size != mem_size)
+		snprintf(why, why_len, "recorded for a memory file of %" PRIu64
+			 " bytes, not for this one of %" PRIu64, d->src_size,
+			 mem_size);
+	else if (memcmp(d->src_id, mem_id, sizeof(mem_id)))
+		snprintf(why, why_len, "recorded for another memory file of "
+			 "this size (the set names a file by its device, "
+			 "inode and modification time)");
+	else if (d->page_size != 4096 && d->page_size != 2ul << 20)
+		snprintf(why, why_len, "its pages of %u bytes are neither 4 "
+			 "KiB nor 2 MiB", d->page_size);
+	else
+		return true;
+	return false;
+}
+
+/* --working-set, checked before any VM is served: used, or not at all. */
+static void check_wset(void)
+{
+	char why[256];
+
+	if (!fo.wset || !replay_check(fo.wset, set_space_known, NULL, why,
+				      sizeof(why)))
+		return;
+	fprintf(stderr, "faultd: --working-set %s: %s: not used, the VMs are "
+		"served without it\n", fo.wset, why);
+	fo.wset = NULL;
 }
 
 /* The keeper (VMs of a daemon before adopted) and the listening socket. */
@@ -804,15 +896,29 @@ static void print_status(void)
 	       ",\"faults\":%" PRIu64 ",\"pages_urgent\":%" PRIu64
 	       ",\"pages_pushed\":%" PRIu64 ",\"pages_zero\":%" PRIu64
 	       ",\"eexist\":%" PRIu64 ",\"eagain\":%" PRIu64 ",\"removes\":%"
-	       PRIu64 ",\"poisoned\":%" PRIu64 "}\n", vms_served,
-	       total.pages_total, total.faults, total.pages_urgent,
-	       total.pages_background, total.pages_zero, total.eexist,
-	       total.eagain, total.removes, total.poisoned);
+	       PRIu64 ",\"poisoned\":%" PRIu64 ",\"pages_replayed\":%" PRIu64
+	       "}\n", vms_served, total.pages_total, total.faults,
+	       total.pages_urgent, total.pages_background, total.pages_zero,
+	       total.eexist, total.eagain, total.removes, total.poisoned,
+	       total.pages_replayed);
 	pthread_mutex_unlock(&vms_lock);
 	fflush(stdout);
 }
 
 enum { T_VMS, T_CTL, T_SIG, T_NEWS, T_KEEPER };
+
+/* SIGUSR1: the record is written now and ends (0); else the end (1). */
+static int on_signal(int sfd)
+{
+	struct signalfd_siginfo si;
+
+	if (read(sfd, &si, sizeof(si)) != sizeof(si) ||
+	    si.ssi_signo != SIGUSR1)
+		return 1;
+	dlog(1, "SIGUSR1: the working set recorded so far is written");
+	sessions_record_end_all();
+	return 0;
+}
 
 static int ep_add(int ep, int fd, uint32_t events, uint64_t tag)
 {
@@ -841,7 +947,7 @@ static int serve(int ls, int ctl, int sfd)
 			case T_VMS: accept_vm(ls); break;
 			case T_CTL: accept_ctl(ctl); break;
 			case T_NEWS: (void)!read(news_fd, &v, sizeof(v)); break;
-			case T_SIG: ret = 1; break;
+			case T_SIG: ret = on_signal(sfd); break;
 			case T_KEEPER:
 				epoll_ctl(ep, EPOLL_CTL_DEL, restart_fd(), NULL);
 				restart_keeper_lost();
@@ -864,6 +970,7 @@ static int signals(void)
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	return signalfd(-1, &stop, SFD_CLOEXEC);
 }
@@ -887,6 +994,7 @@ int fc_main(int argc, char **argv)
 	news_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (open_mem_file() < 0 || sfd < 0 || news_fd < 0)
 		return 1;
+	check_wset();
 	ls = listen_vms();
 	ctl = ls >= 0 ? ctl_listen() : -1;
 	if (ls < 0 || ctl < 0) {

@@ -5,7 +5,8 @@
  *
  *   faultd lazy-pages -D DIR [-W WORKDIR] [--page-server --address A
  *          --port P] [--verify FILE] [--status-fd FD] [-o LOG] [-d
- *          [--pidfile F]] [--fault-around KIB] [--handlers N] [-v]...
+ *          [--pidfile F]] [--fault-around KIB] [--handlers N]
+ *          [--working-set FILE | --record-working-set FILE] [-v]...
  *   faultd lazy-pages --sum -D DIR [--verify FILE]
  *
  * It opens and checks the dump first (what faultd cannot serve is refused
@@ -16,7 +17,9 @@
  * connection of `criu restore --lazy-pages`, and serves it (front_criu.c).
  * It answers faultctl's STATUS on WORKDIR/lazy-pages.socket.ctl. It exits
  * 0 when every page of the restore is in, non-zero when the restore failed
- * or a page could not be served.
+ * or a page could not be served. A --working-set of another dump is
+ * refused before it listens (logged; the restore is served without it);
+ * SIGUSR1 ends a recording restore's record (front_criu.c).
  *
  * The socket: only root and the daemon's own user may connect. It is made
  * 0600 before bind (the file takes the socket's mode; the path is never
@@ -52,6 +55,7 @@
 
 struct lp_opts {
 	const char *dir, *workdir, *address, *verify, *log, *pidfile;
+	const char *wset, *record;
 	bool page_server, sum, daemonize;
 	unsigned int port;
 	int status_fd;
@@ -81,8 +85,9 @@ static void usage(FILE *f)
 		"--address A --port P]\n"
 		"                         [--verify FILE] [--status-fd FD] "
 		"[-o LOG] [-d [--pidfile F]]\n"
-		"                         [--fault-around KIB] [--handlers N] "
-		"[-v]...\n"
+		"                         [--fault-around KIB] [--handlers N]\n"
+		"                         [--working-set FILE | "
+		"--record-working-set FILE] [-v]...\n"
 		"       faultd lazy-pages --sum -D DIR [--verify FILE]\n");
 }
 
@@ -117,6 +122,8 @@ static int parse(int argc, char **argv, struct lp_opts *o)
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "fault-around", required_argument, NULL, 'A' },
 		{ "handlers", required_argument, NULL, 'H' },
+		{ "working-set", required_argument, NULL, 'w' },
+		{ "record-working-set", required_argument, NULL, 'r' },
 		{ "verbosity", optional_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -142,6 +149,8 @@ static int parse(int argc, char **argv, struct lp_opts *o)
 		case 'A': o->around_kib = number("fault-around", optarg,
 						 2048); break;
 		case 'H': o->handlers = number("handlers", optarg, 4); break;
+		case 'w': o->wset = optarg; break;
+		case 'r': o->record = optarg; break;
 		case 'v':
 			/* criu's -vN sets a level; faultd has 0-2 */
 			dopts.verbose = optarg ? (int)number("verbosity", optarg,
@@ -156,6 +165,13 @@ static int parse(int argc, char **argv, struct lp_opts *o)
 	    (o->page_server && (!o->address || !o->port)) ||
 	    (o->sum && (o->page_server || o->daemonize))) {
 		usage(stderr);
+		return -1;
+	}
+	if (o->wset && o->record) {
+		fprintf(stderr, "faultd lazy-pages: --working-set and "
+			"--record-working-set: not both (a replayed page never "
+			"faults, so a set recorded with a replay would miss "
+			"it)\n");
 		return -1;
 	}
 	if (o->page_server && o->verify) {
@@ -212,6 +228,20 @@ static int open_sources(const struct lp_opts *o)
 	if (ret)
 		fprintf(stderr, "faultd lazy-pages: %s\n", why);
 	return ret;
+}
+
+/* --working-set, checked against the dump: used, or not at all. */
+static void check_wset(const struct lp_opts *o)
+{
+	char why[256];
+
+	lp.record = o->record;
+	if (!o->wset || !criu_wset_check(&lp, o->wset, why, sizeof(why))) {
+		lp.wset = o->wset;
+		return;
+	}
+	fprintf(stderr, "faultd lazy-pages: --working-set %s: %s: not used, "
+		"the restore is served without it\n", o->wset, why);
 }
 
 static void close_sources(void)
@@ -304,6 +334,22 @@ static int peer_ok(int c, struct ucred *cr)
 	return 0;
 }
 
+/*
+ * A signal came: SIGUSR1 ends the record of a recording restore (false);
+ * any other stops the command (true).
+ */
+static bool stop_signal(int sfd)
+{
+	struct signalfd_siginfo si;
+
+	if (read(sfd, &si, sizeof(si)) != sizeof(si) ||
+	    si.ssi_signo != SIGUSR1)
+		return true;
+	dlog(1, "SIGUSR1: the working set recorded so far is written");
+	sessions_record_end_all();
+	return false;
+}
+
 /* criu restore's connection, or -EINTR when a signal came first. */
 static int accept_criu(int ls, int sfd, struct ucred *cr)
 {
@@ -314,7 +360,7 @@ static int accept_criu(int ls, int sfd, struct ucred *cr)
 
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
 			return -errno;
-		if (p[1].revents)
+		if (p[1].revents && stop_signal(sfd))
 			return -EINTR;
 		if (!p[0].revents)
 			continue;
@@ -471,6 +517,7 @@ static int signals(void)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	return signalfd(-1, &set, SFD_CLOEXEC);
 }
@@ -525,7 +572,7 @@ static bool wait_sessions(int sfd)
 			break;
 		if (p[0].revents)
 			(void)!read(lp.done_fd, &v, sizeof(v));
-		if (p[1].revents && !stopped) {
+		if (p[1].revents && stop_signal(sfd) && !stopped) {
 			stopped = true;
 			dlog(0, "stopping: the restore stays with the keeper "
 				"for the next faultd lazy-pages");
@@ -604,6 +651,7 @@ int lazy_pages_main(int argc, char **argv)
 	lp.handlers = o.handlers;
 	if (open_sources(&o))
 		return 1;
+	check_wset(&o);
 	ret = run(&o, workdir, ready);
 	close_sources();
 	return ret ? 1 : 0;

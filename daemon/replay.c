@@ -18,9 +18,11 @@
  * reads are made in source order, each one large (an image reads through
  * io_uring, 64 KiB chunks in flight), the push threads taking them in
  * turn, so two are read at once, and the one after those is hinted to the
- * source (source_willneed()): a disk reads ahead of the replay. A run is installed with UFFDIO_COPY and
- * DONTWAKE, pending pages only, and woken with one UFFDIO_WAKE per range
- * it touches (space_replay()).
+ * source (source_willneed()): a disk reads ahead of the replay. A run is
+ * installed with UFFDIO_COPY and DONTWAKE, pending pages only, and woken
+ * with one UFFDIO_WAKE per range it touches (space_replay()); a page the
+ * source says is zero gets what its fault got, the zero window around it
+ * (UFFDIO_ZEROPAGE), since the pages in that window never faulted.
  *
  * Replay runs in the push threads (nice 19), so a fault's handler thread
  * preempts it at once, and faults stay first; the push proper starts
@@ -33,6 +35,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -220,6 +223,33 @@ static void replay_prepare(struct session *s)
 	dlog(1, "%s: working set %s: %llu pages, %zu reads", s->o.name, name,
 	     (unsigned long long)rp->pages, rp->nr);
 	s->replay = rp;
+}
+
+/*
+ * replay_check() - is the set at @path whole, and is every space of it
+ * one the front end @known()s? A front end checks a set it is given
+ * before it serves anything, so that a set of another source is refused
+ * up front and said so (the sessions load it again, and match it again:
+ * the file may change meanwhile). Returns 0, or -errno with *why: the
+ * set's fault (wset_load()), or -EXDEV and what @known said.
+ * Context: any thread.
+ */
+int replay_check(const char *path, replay_known_fn known, void *arg,
+		 char *why, size_t why_len)
+{
+	const char *bad = "out of memory";
+	struct wset ws;
+	int ret = wset_load(path, &ws, &bad);
+
+	if (ret) {
+		snprintf(why, why_len, "%s (%s)", bad, strerror(-ret));
+		return ret;
+	}
+	for (uint32_t k = 0; k < ws.nr_spaces && !ret; k++)
+		if (!known(&ws.spaces[k], arg, why, why_len))
+			ret = -EXDEV;
+	wset_free(&ws);
+	return ret;
 }
 
 /*

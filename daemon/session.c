@@ -77,6 +77,7 @@ static int record_setup(struct session *s)
 	if (!s->rec)
 		return -ENOMEM;
 	wset_rec_init(s->rec);
+	atomic_init(&s->rec_open, true);
 	return 0;
 }
 
@@ -191,9 +192,16 @@ int session_own_source(struct session *s, struct source *src)
  */
 int session_adopt_space(struct session *s, struct space *sp)
 {
+	uint64_t pending = atomic_load(&sp->pending);
 	int ret;
 
 	pthread_rwlock_wrlock(&s->spaces_lock);
+	/* Counted before its faults can be served (once its uffd is in the
+	 * epoll set): a page done before would leave the count short, and
+	 * the session would never see all in. */
+	if (pending)
+		atomic_store(&s->all_in_ns, 0);
+	atomic_fetch_add(&s->pending, pending);
 	ret = epoll_add(s->epfd, sp->uffd, EPOLLIN, sp);
 	if (!ret && sp->pidfd >= 0) {
 		ret = epoll_add(s->ctl_epfd, sp->pidfd, EPOLLIN, sp);
@@ -204,15 +212,15 @@ int session_adopt_space(struct session *s, struct space *sp)
 		sp->next = s->spaces;
 		s->spaces = sp;
 		s->nr_spaces++;
-		atomic_fetch_add(&s->pending, atomic_load(&sp->pending));
-		atomic_store(&s->all_in_ns, 0);
+	} else { /* what its faults did not take meanwhile */
+		atomic_fetch_sub(&s->pending, atomic_load(&sp->pending));
 	}
 	pthread_rwlock_unlock(&s->spaces_lock);
+	/* Nothing pending (an adopted space whose pages are all in, or
+	 * none added): all in now, as a last page going in would say. */
+	if (!atomic_load(&s->pending))
+		session_note_all_in(s);
 	if (!ret) {
-		/* Nothing pending (an adopted space whose pages are all in):
-		 * all in now, as a last page going in would have said. */
-		if (!atomic_load(&s->pending))
-			session_note_all_in(s);
 		pthread_cond_broadcast(&s->push_cond);
 		session_wake(s);
 		if (atomic_load(&s->running)) /* a fork: keep the child too */
@@ -367,6 +375,46 @@ int session_record_save(struct session *s)
 	return ret;
 }
 
+/*
+ * The record ends: written now, no first fault noted from here on, the
+ * spaces' fault-around back, and a push that waited for it goes.
+ * Context: the control loop's thread.
+ */
+static void record_end(struct session *s)
+{
+	if (!s->rec || !atomic_load(&s->rec_open))
+		return;
+	atomic_store(&s->rec_open, false);
+	session_record_save(s);
+	pthread_rwlock_rdlock(&s->spaces_lock);
+	for (struct space *sp = s->spaces; sp; sp = sp->next)
+		space_record_ended(sp);
+	pthread_rwlock_unlock(&s->spaces_lock);
+	pthread_cond_broadcast(&s->push_cond);
+}
+
+/*
+ * session_record_end() - ask @s to write its record now and to end it
+ * (the control loop does it). Nothing when it does not record.
+ * Context: any thread.
+ */
+void session_record_end(struct session *s)
+{
+	if (!s->rec)
+		return;
+	atomic_store(&s->rec_end_asked, true);
+	session_wake(s);
+}
+
+/* session_record_end() of every running session. Context: any thread. */
+void sessions_record_end_all(void)
+{
+	pthread_mutex_lock(&sessions_lock);
+	for (struct session *s = sessions; s; s = s->next)
+		session_record_end(s);
+	pthread_mutex_unlock(&sessions_lock);
+}
+
 /* ------------------------------------------------------------------------
  * Handler threads.
  */
@@ -514,9 +562,10 @@ static void control_loop(struct session *s)
 				session_stop(s);
 		/* Every page in: nothing can fault for the first time any
 		 * more, and the record is whole before the peer hears of it
-		 * (a recording session only: else this is -ENOENT). */
-		if (all_in && !told_all_in)
-			session_record_save(s);
+		 * (a recording session only). Or the front end ends it. */
+		if ((all_in && !told_all_in) ||
+		    atomic_exchange(&s->rec_end_asked, false))
+			record_end(s);
 		if (atomic_load(&s->stop) || !s->fe->tick) {
 			told_all_in = all_in;
 			continue;

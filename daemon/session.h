@@ -155,6 +155,13 @@ struct session_opts {
 	int record_fd;
 	const char *wset_path;
 	int wset_fd;
+	/*
+	 * While the session records, push nothing (also with push_after_
+	 * first): every page the peer touches faults and is in the set, the
+	 * way the set of a run without a push would be. The push starts when
+	 * the record ends (session_record_end(), or every page in).
+	 */
+	bool push_after_record;
 };
 
 /* The front end's side of a session. Every hook may be NULL. */
@@ -226,6 +233,10 @@ struct session {
 	pthread_cond_t push_cond;
 	struct wset_rec *rec;	/* recording; NULL: not */
 	bool rec_saved;		/* the control loop's: written once */
+	/* First faults are noted (false once the record ended: written on
+	 * request, or every page in; set before the session runs). */
+	atomic_bool rec_open;
+	atomic_bool rec_end_asked; /* session_record_end() */
 	struct replay *replay;	/* the set to replay; NULL: none */
 	bool replay_prepared;	/* under push_lock: loaded (or refused) */
 	atomic_uint_fast64_t replay_pages, replay_bytes;
@@ -268,6 +279,8 @@ bool session_all_in(const struct session *s);
 void session_note_all_in(struct session *s);
 void session_note_fault(struct session *s, struct space *sp, uint64_t page);
 int session_record_save(struct session *s);
+void session_record_end(struct session *s);
+void sessions_record_end_all(void);
 void sessions_stop_all(void);
 void sessions_persist_all(void);
 size_t sessions_count(void);
@@ -325,8 +338,17 @@ int space_read(struct space *sp, uint64_t off, size_t len, char *buf);
 uint64_t space_replay(struct space *sp, uint64_t off, uint64_t len,
 		      const char *buf, unsigned int slot);
 void space_describe(const struct space *sp, struct wset_space *out);
+void space_record_ended(struct space *sp);
 
 /* replay.c */
+/*
+ * Is set space @d one of the front end's sources? false: *why (of
+ * @why_len bytes) says why not. The front end's, for replay_check().
+ */
+typedef bool (*replay_known_fn)(const struct wset_space *d, void *arg,
+				char *why, size_t why_len);
+int replay_check(const char *path, replay_known_fn known, void *arg,
+		 char *why, size_t why_len);
 void replay_start(struct session *s);
 void replay_run(struct session *s, unsigned int k, unsigned int slot);
 void replay_free(struct session *s);

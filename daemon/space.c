@@ -117,9 +117,18 @@ static bool seg_bit(const struct space *sp, uint64_t off, uint64_t *bit)
 /* Nothing is left to do for tracked page @bit. */
 static void page_done(struct space *sp, uint64_t bit)
 {
+	uint64_t left;
+
 	if (!bit_set(sp->done, bit))
 		return;
-	atomic_fetch_sub(&sp->pending, 1);
+	/* space_mark_gone() may have taken the space's count already (an
+	 * install that woke its process, which exited at once): each unit
+	 * leaves the session's count once, here or there. */
+	left = atomic_load(&sp->pending);
+	do {
+		if (!left)
+			return;
+	} while (!atomic_compare_exchange_weak(&sp->pending, &left, left - 1));
 	if (atomic_fetch_sub(&sp->s->pending, 1) == 1)
 		session_note_all_in(sp->s);
 }
@@ -811,7 +820,7 @@ static void record_touch(struct space *sp, uint64_t page)
 			bit_set(sp->seen, bit);
 	}
 	pthread_rwlock_unlock(&sp->lock);
-	if (first)
+	if (first && atomic_load(&sp->s->rec_open))
 		wset_rec_add(sp->s->rec, sp->rec_space, soff / sp->page_size);
 }
 
@@ -1030,9 +1039,10 @@ void space_poison_run(struct space *sp, const struct space_run *run,
 	install_end(sp);
 }
 
-/* A part of a replayed span that one range maps. */
+/* A part of a replayed span that one range maps, and that range. */
 struct piece {
 	uint64_t start, len, src_off;
+	struct srange r;
 };
 
 #define PIECES 16	/* ranges one span is installed into at once */
@@ -1058,15 +1068,65 @@ static size_t pieces_locked(struct space *sp, uint64_t off, uint64_t len,
 			continue;
 		}
 		out[n++] = (struct piece){ r->start + (a - r->src_off), e - a,
-					   a };
+					   a, *r };
 	}
 	return n;
 }
 
 /*
+ * The run of piece @pc from source offset @a: up to the end of the extent
+ * that holds @a. Data is the piece's own; where the source has zeros, the
+ * run is the zero window a fault there installs (plan_locked(): aligned
+ * ZERO_AROUND, clipped to the extent and the range), so that a page a
+ * recorded fault zeroed around its own is in again, not faulted on.
+ * Returns the end of the part of the piece it covers.
+ */
+static uint64_t replay_run_of(struct space *sp, const struct piece *pc,
+			      uint64_t a, struct space_run *run)
+{
+	uint64_t end = pc->src_off + pc->len, w, b, ze;
+	struct src_extent e;
+
+	if (source_extent(sp->src, a, &e))
+		e = (struct src_extent){ a, end - a, SRC_ZERO };
+	b = min_u64(e.off + e.len, end);
+	*run = (struct space_run){ 0, b - a, a, e.kind };
+	if (e.kind != SRC_DATA) {
+		w = max_u64(ZERO_AROUND, sp->page_size);
+		run->src_off = max_u64(max_u64(a - a % w, e.off), pc->r.src_off);
+		ze = min_u64(e.off + e.len, pc->r.src_off + pc->r.len);
+		run->len = min_u64((b + w - 1) / w * w, ze) - run->src_off;
+	}
+	run->start = pc->r.start + (run->src_off - pc->r.src_off);
+	return b;
+}
+
+/* Install piece @pc from @buf (the piece's content); the pages put in. */
+static uint64_t replay_piece(struct space *sp, const struct piece *pc,
+			     const char *buf, uint64_t gen, unsigned int slot)
+{
+	uint64_t pages = 0;
+
+	for (uint64_t a = pc->src_off, b; a < pc->src_off + pc->len; a = b) {
+		struct space_run run;
+		ssize_t got;
+
+		b = replay_run_of(sp, pc, a, &run);
+		got = space_install_run(sp, &run, run.kind == SRC_DATA ?
+					buf + (a - pc->src_off) : NULL,
+					gen, true, slot);
+		if (got > 0)
+			pages += (uint64_t)got;
+		uffd_wake(sp->uffd, run.start, run.len);
+	}
+	return pages;
+}
+
+/*
  * space_replay() - install source [off, off + len) of @sp from @buf (its
  * content): the pending pages of every range that maps part of it, without
- * waking anyone, then one wake over each part. A part whose ranges change
+ * waking anyone (data copied, known zeros over a fault's zero window:
+ * replay_run_of()), then one wake over each part. A part whose ranges change
  * meanwhile, or that an event holds up, is left to the faults and the
  * push. Returns the pages installed. Context: a push thread.
  */
@@ -1082,17 +1142,10 @@ uint64_t space_replay(struct space *sp, uint64_t off, uint64_t len,
 		gen = sp->gen;
 		n = pieces_locked(sp, off, len, pc, PIECES, skip);
 		pthread_rwlock_unlock(&sp->lock);
-		for (size_t i = 0; i < n; i++) {
-			struct space_run run = { pc[i].start, pc[i].len,
-						 pc[i].src_off, SRC_DATA };
-			ssize_t got = space_install_run(
-				sp, &run, buf + (pc[i].src_off - off), gen,
-				true, slot);
-
-			if (got > 0)
-				pages += (uint64_t)got;
-			uffd_wake(sp->uffd, pc[i].start, pc[i].len);
-		}
+		for (size_t i = 0; i < n; i++)
+			pages += replay_piece(sp, &pc[i],
+					      buf + (pc[i].src_off - off), gen,
+					      slot);
 		skip += n;
 	} while (n == PIECES);
 	atomic_fetch_add(&sp->st.replayed, pages);
@@ -1164,6 +1217,14 @@ static int ranges_check(struct space *sp, const char **why)
 	return 0;
 }
 
+/* The fault-around window of a space of @page_size pages of @s. */
+static size_t around_of(const struct session *s, size_t page_size)
+{
+	if (!s->o.around)
+		return AROUND_DEFAULT > page_size ? AROUND_DEFAULT : page_size;
+	return s->o.around > page_size ? s->o.around : page_size;
+}
+
 /* The segments: given, or each range's source part (which must be apart). */
 static int segs_make(struct space *sp, const struct sseg *seg, size_t nseg,
 		     const char **why)
@@ -1210,12 +1271,9 @@ struct space *space_alloc(struct session *s, struct source *src,
 	sp->state_fd = -1;
 	sp->page_size = page_size;
 	sp->huge = page_size > 4096;
-	sp->around = s->o.around > page_size ? s->o.around : page_size;
-	if (!s->o.around)
-		sp->around = AROUND_DEFAULT > page_size ? AROUND_DEFAULT
-							: page_size;
+	sp->around = around_of(s, page_size);
 	/* A recording: every touched page faults, and is in the set. */
-	if (s->rec)
+	if (s->rec && atomic_load(&s->rec_open))
 		sp->around = page_size;
 	pthread_rwlock_init(&sp->lock, NULL);
 	pthread_rwlockattr_init(&ev_attr);
@@ -1291,6 +1349,17 @@ void space_describe(const struct space *sp, struct wset_space *out)
 				    .src_size = sp->src->size,
 				    .page_size = (uint32_t)sp->page_size };
 	memcpy(out->src_id, sp->src->id, sizeof(out->src_id));
+}
+
+/*
+ * space_record_ended() - the session's record ended: @sp's faults get
+ * their fault-around window again. Context: the control loop's thread.
+ */
+void space_record_ended(struct space *sp)
+{
+	pthread_rwlock_wrlock(&sp->lock);
+	sp->around = around_of(sp->s, sp->page_size);
+	pthread_rwlock_unlock(&sp->lock);
 }
 
 /*

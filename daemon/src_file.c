@@ -171,7 +171,7 @@ static const struct source_ops file_ops = {
 };
 
 /* What a working set is tied to: device, inode, size, mtime. */
-static void file_id(struct src_file *f, const struct stat *st)
+void src_file_id(const struct stat *st, uint8_t out[32])
 {
 	uint64_t id[4] = {
 		(uint64_t)st->st_dev,
@@ -181,8 +181,9 @@ static void file_id(struct src_file *f, const struct stat *st)
 			(uint64_t)st->st_mtim.tv_nsec,
 	};
 
-	_Static_assert(sizeof(id) == sizeof(f->s.id), "the id is 32 bytes");
-	memcpy(f->s.id, id, sizeof(id));
+	_Static_assert(sizeof(id) == sizeof(((struct source *)0)->id),
+		       "the id is 32 bytes");
+	memcpy(out, id, sizeof(id));
 }
 
 /* The size of the source, from what the caller asked and the file has. */
@@ -235,7 +236,7 @@ int src_file_open_fd(int fd, uint64_t size, size_t page_size,
 		goto close_fd;
 	f->s = (struct source){ .ops = &file_ops, .size = size,
 				.page_size = page_size, .keep_fd = f->fd };
-	file_id(f, &st);
+	src_file_id(&st, f->s.id);
 	ret = ext_scan(f, why, why_len);
 	if (ret)
 		goto close_fd;

@@ -38,4 +38,12 @@ int src_file_open(const char *path, uint64_t size, size_t page_size,
 int src_file_open_fd(int fd, uint64_t size, size_t page_size,
 		     struct source **out, char *why, size_t why_len);
 
+struct stat;
+/*
+ * src_file_id() - the identity (source.h) a source of the file @st
+ * describes has: its device, inode, size and modification time, four
+ * u64 in this order. A copy of the file is another file.
+ */
+void src_file_id(const struct stat *st, uint8_t out[32]);
+
 #endif /* FAULTD_SRC_FILE_H */

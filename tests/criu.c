@@ -3,12 +3,14 @@
  * criu.c - CRIU dumps as sources (daemon/criu.h), checked against real
  * dumps of tests/criu/workload.c made by an unmodified CRIU, and the
  * baseline the faultd front end will replace: `criu restore --lazy-pages`
- * served by `criu lazy-pages`, every byte checked by the process itself.
+ * served by `criu lazy-pages`, every byte checked by the process itself;
+ * and `faultd lazy-pages`, with working sets recorded and replayed.
  *
  * FAULTD_CRIU_MIB sets the workload's size for the restores (default 64).
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +23,7 @@
 #include "criu-images.pb-c.h"
 #include "criu/harness.h"
 #include "proto.h"
+#include "wset.h"
 
 TestSuite(criu, .init = h_setup, .fini = h_teardown, .timeout = 600);
 
@@ -1267,6 +1270,181 @@ Test(criu, faultd_kill_restart)
 	 * its check, and its pid is free again. */
 	for (unsigned int i = 0; i < n; i++)
 		kill_once(&t, i % 10, i % 2);
+}
+
+/* ---- working sets: a restore recorded, then one replayed ---- */
+
+/* faultd.out, whole (the runs of a test append to it). */
+static char *faultd_out(void)
+{
+	static char buf[1 << 20];
+	int fd = open(h_path("faultd.out"), O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
+/* The counters of the last run's status line ("all in: ..."). */
+struct ws_counts {
+	uint64_t urgent, pushed, zero, replayed, faults;
+};
+
+static void ws_counts(struct ws_counts *c)
+{
+	const char *out = faultd_out(), *l = NULL, *p;
+
+	for (p = out; (p = strstr(p, "faultd lazy-pages: all in: ")); p++)
+		l = p;
+	cr_assert(l, "no status line in %s", h_path("faultd.out"));
+	cr_assert_eq(sscanf(strstr(l, "pages in ("), "pages in (%" SCNu64
+			    " for faults, %" SCNu64 " pushed, %" SCNu64
+			    " zero; %" SCNu64 " replayed)", &c->urgent,
+			    &c->pushed, &c->zero, &c->replayed), 4, "%.200s",
+		     l);
+	cr_assert_eq(sscanf(strstr(l, "poisoned, "), "poisoned, %" SCNu64
+			    " faults", &c->faults), 1, "%.200s", l);
+}
+
+/* Wait until faultd.out says @what. */
+static void wait_said(const char *what)
+{
+	uint64_t end = h_now_ns() + H_DEADLINE_MS * 1000000ull;
+
+	while (!strstr(faultd_out(), what)) {
+		cr_assert(h_now_ns() < end, "faultd did not say \"%s\"", what);
+		usleep(1000);
+	}
+}
+
+/* The pages of region 0 the workload's mode part checks. */
+static bool part_page(const struct h_task *t, uint64_t k)
+{
+	return wl_word(t->seed, 2, k * 8) % 10 == 0;
+}
+
+/* A restore of dump "d" served by faultd with @flags; the workload runs
+ * after @wait (if any) was said. Returns the run's counters. */
+static void ws_restore(struct h_task *t, const char *flags, const char *wait,
+		       struct ws_counts *c)
+{
+	char line[512];
+	pid_t lp = h_faultd_bg(NULL, "-D %s -v %s", h_path("d"), flags);
+
+	cr_assert(lp > 0, "see %s", h_path("faultd.out"));
+	unlink(h_path("result"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	if (wait)
+		wait_said(wait);
+	h_go_and_check(t, line, sizeof(line));
+	faultd_exits(lp, 0);
+	ws_counts(c);
+}
+
+/*
+ * The recorded set: the task's space, and every page the workload checked
+ * in it (nothing is pushed while recording, a page per fault).
+ */
+static uint64_t ws_check_set(const struct h_task *t, const char *path)
+{
+	uint64_t part = 0, found = 0;
+	const char *why = NULL;
+	struct wset ws;
+
+	cr_assert_eq(wset_load(path, &ws, &why), 0, "%s: %s", path, why);
+	cr_assert_eq(ws.nr_spaces, 1);
+	cr_assert_eq(ws.spaces[0].space_id, (uint64_t)t->pid);
+	cr_assert_eq(ws.spaces[0].page_size, 4096);
+	for (uint64_t k = 0; k < t->r0_len / WL_PAGE; k++)
+		part += part_page(t, k);
+	for (uint64_t i = 0; i < ws.nr; i++) {
+		uint64_t a = ws.e[i].page * WL_PAGE;
+
+		found += a >= t->r0 && a < t->r0 + t->r0_len &&
+			 part_page(t, (a - t->r0) / WL_PAGE);
+	}
+	cr_assert_eq(found, part, "%llu of the %llu pages the workload "
+		     "checked are in the set", (unsigned long long)found,
+		     (unsigned long long)part);
+	wset_free(&ws);
+	return part;
+}
+
+Test(criu, faultd_working_set)
+{
+	struct ws_counts rec, rep;
+	char flags[512];
+	uint64_t part;
+	struct h_task t;
+
+	h_workload(&t, NULL, restore_mib(), 67, "part");
+	h_dump(&t, NULL, "d");
+	snprintf(flags, sizeof(flags), "--record-working-set %s",
+		 h_path("d.ws"));
+	ws_restore(&t, flags, NULL, &rec);
+	cr_assert_eq(rec.pushed, 0, "nothing pushed while recording");
+	part = ws_check_set(&t, h_path("d.ws"));
+	cr_assert_geq(rec.faults, part);
+
+	/* Replayed after RSTF; the workload goes once it is in. */
+	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
+	ws_restore(&t, flags, "working set replayed", &rep);
+	cr_assert_geq(rep.replayed, part);
+	cr_assert_leq(rep.faults, rec.faults - part,
+		      "the replayed restore faulted %llu times, the recorded "
+		      "one %llu (%llu on the pages the workload checked)",
+		      (unsigned long long)rep.faults,
+		      (unsigned long long)rec.faults,
+		      (unsigned long long)part);
+	cr_assert_leq(rep.faults * 20, part, "more than 5 %% of the set's "
+		      "pages faulted");
+	cr_log_info("recorded: %llu faults (%llu checked pages); replayed: "
+		    "%llu pages, %llu faults", (unsigned long long)rec.faults,
+		    (unsigned long long)part, (unsigned long long)rep.replayed,
+		    (unsigned long long)rep.faults);
+}
+
+/* Sets of another dump: refused before criu restore connects. */
+Test(criu, faultd_working_set_of_another_dump)
+{
+	char flags[512], line[512];
+	struct ws_counts c;
+	struct h_task a, b;
+	const char *why = NULL;
+	struct wset ws;
+	pid_t lp;
+
+	h_workload(&a, NULL, 16, 68, "part");
+	h_dump(&a, NULL, "a");
+	h_workload(&b, NULL, 16, 69, "part");
+	h_dump(&b, NULL, "d");
+	/* A set of a's task, recorded. */
+	lp = h_faultd_bg(NULL, "-D %s --record-working-set %s", h_path("a"),
+			 h_path("a.ws"));
+	cr_assert(lp > 0);
+	cr_assert_eq(restore(NULL, "a"), 0);
+	h_go_and_check(&a, line, sizeof(line));
+	faultd_exits(lp, 0);
+	/* The same set said to be of b's task: of another dump still. */
+	cr_assert_eq(wset_load(h_path("a.ws"), &ws, &why), 0, "%s", why);
+	ws.spaces[0].space_id = (uint64_t)b.pid;
+	cr_assert_eq(wset_save(h_path("b.ws"), &ws), 0);
+	wset_free(&ws);
+
+	snprintf(flags, sizeof(flags), "--working-set %s", h_path("a.ws"));
+	ws_restore(&b, flags, NULL, &c);
+	cr_assert(h_faultd_said("--working-set"));
+	cr_assert(strstr(faultd_out(), "which is no live task of this dump: "
+			 "not used, the restore is served without it"),
+		  "see %s", h_path("faultd.out"));
+	cr_assert_eq(c.replayed, 0);
+	snprintf(flags, sizeof(flags), "--working-set %s", h_path("b.ws"));
+	ws_restore(&b, flags, NULL, &c);
+	cr_assert(strstr(faultd_out(), "recorded for another dump"),
+		  "see %s", h_path("faultd.out"));
+	cr_assert_eq(c.replayed, 0);
 }
 
 /* ---- --page-server: criu page-server in A, faultd and restore in B ---- */

@@ -5,7 +5,9 @@
  * Uffd backend and then checks every page of guest memory against the
  * memory file: 4 KiB and 2 MiB pages, with and without --prefetch, several
  * VMs on one socket, balloons, kill -9 and a restart at several moments,
- * every handshake the daemon must refuse, and the metrics of STATUS.
+ * every handshake the daemon must refuse, the metrics of STATUS, and
+ * working sets (--record-working-set, then --working-set: the faults a
+ * replayed VM makes, a set of another memory file refused).
  *
  * FAULTD_FC_RACE_ROUNDS sets the rounds of a balloon race (default 16384:
  * every page of a 64 MiB guest); FAULTD_STRESS_SECONDS makes the race run
@@ -19,12 +21,14 @@
 #include "compat.h"
 #include "fc/fc-helpers.h"
 #include "hugepool.h"
+#include "wset.h"
 
 TestSuite(serve, .timeout = 300, .fini = hugepool_give_back);
 TestSuite(balloon, .timeout = 600, .fini = hugepool_give_back);
 TestSuite(restart, .timeout = 300, .fini = hugepool_give_back);
 TestSuite(refuse, .timeout = 120);
 TestSuite(metrics, .timeout = 120);
+TestSuite(wset, .timeout = 300, .fini = hugepool_give_back);
 
 static char status_line[4096];
 
@@ -888,4 +892,303 @@ Test(metrics, on_demand)
 Test(metrics, prefetch)
 {
 	metrics(true);
+}
+
+/* ------------------------------------------------------------------------
+ * Working sets: a VM recorded, then one replayed; sets refused.
+ */
+
+/* The counters of the daemon's exit line after one VM. */
+struct ws_run {
+	uint64_t faults, eexist, urgent, pushed, zero, replayed, poisoned;
+};
+
+static void ws_counts(struct ws_run *r)
+{
+	r->faults = fc_json_u64(status_line, "faults");
+	r->eexist = fc_json_u64(status_line, "eexist");
+	r->urgent = fc_json_u64(status_line, "pages_urgent");
+	r->pushed = fc_json_u64(status_line, "pages_pushed");
+	r->zero = fc_json_u64(status_line, "pages_zero");
+	r->replayed = fc_json_u64(status_line, "pages_replayed");
+	r->poisoned = fc_json_u64(status_line, "poisoned");
+}
+
+static void ws_load(const char *path, struct wset *ws)
+{
+	const char *why = NULL;
+	int ret = wset_load(path, ws, &why);
+
+	cr_assert_eq(ret, 0, "%s: %s", path, why);
+}
+
+/*
+ * One VM of the guest @args (a first pass only) recorded into @ws: the
+ * set is the VM's space 0 of the memory file, one entry per first fault
+ * (a page each: no fault-around, nothing pushed while recording).
+ */
+static void ws_record(struct fcd *d, const char *ws, const char *const *args,
+		      size_t page, struct ws_run *r)
+{
+	const char *const extra[] = { "--record-working-set", ws, NULL };
+	struct wset set;
+	struct stat st;
+
+	fcd_start(d, extra);
+	one_vm(d, args);
+	daemon_done(d);
+	ws_counts(r);
+	cr_assert_eq(r->pushed, 0, "nothing pushed while recording");
+	cr_assert_eq(r->poisoned, 0);
+	ws_load(ws, &set);
+	cr_assert_eq(stat(d->mem, &st), 0);
+	cr_assert_eq(set.nr_spaces, 1);
+	cr_expect_eq(set.spaces[0].space_id, 0);
+	cr_expect_eq(set.spaces[0].src_size, (uint64_t)st.st_size);
+	cr_expect_eq(set.spaces[0].page_size, page);
+	cr_assert_gt(set.nr, 0);
+	cr_assert_eq(set.nr, r->faults - r->eexist,
+		     "an entry per first fault: %llu entries, %llu faults, "
+		     "%llu EEXIST", (unsigned long long)set.nr,
+		     (unsigned long long)r->faults,
+		     (unsigned long long)r->eexist);
+	wset_free(&set);
+}
+
+/*
+ * The same guest with the set replayed before it runs (it waits for the
+ * daemon's "replayed"): it faults on none of its pages - the set's pages
+ * and the zeros their faults put in around them are in.
+ */
+static void ws_replay(struct fcd *d, const char *ws, const char *const *args,
+		      const struct ws_run *rec, struct ws_run *r)
+{
+	const char *const extra[] = { "--working-set", ws, NULL };
+	const char *argv[16];
+	struct fcc c;
+	int n = 0;
+
+	for (; args[n]; n++)
+		argv[n] = args[n];
+	argv[n++] = "--wait-start";
+	argv[n] = NULL;
+	fcd_start(d, extra);
+	fcc_start(&c, d, argv);
+	fcc_line(&c); /* the handshake is made */
+	wait_logged(d, "working set replayed");
+	fcc_go(&c);
+	cr_assert_eq(fcc_wait(&c), 0, "fc-client failed: %s", c.line);
+	cr_assert(strstr(c.line, "\"ok\":true"), "%s", c.line);
+	daemon_done(d);
+	ws_counts(r);
+	cr_assert_eq(r->poisoned, 0);
+	cr_assert_eq(r->faults, 0, "the replayed VM faulted %llu times (the "
+		     "recorded one %llu)", (unsigned long long)r->faults,
+		     (unsigned long long)rec->faults);
+	cr_assert_eq(r->replayed, r->pushed + r->zero, "every page in is the "
+		     "replay's");
+	cr_assert_geq(r->replayed, rec->faults - rec->eexist);
+	cr_assert_eq(r->zero, rec->zero, "the zeros the recorded faults put "
+		     "in, no more");
+	cr_log_info("recorded: %llu faults; replayed: %llu pages, %llu faults",
+		    (unsigned long long)rec->faults,
+		    (unsigned long long)r->replayed,
+		    (unsigned long long)r->faults);
+}
+
+Test(wset, record_then_replay_4k)
+{
+	const char *const args[] = { "--fraction", "0.1", "--seed", "5",
+				     "--first-pass-only", NULL };
+	struct ws_run rec, rep;
+	char ws[160];
+	struct fcd d;
+
+	fcd_init(&d, "64M", "4k");
+	snprintf(ws, sizeof(ws), "%s/vm.ws", d.dir);
+	ws_record(&d, ws, args, 4096, &rec);
+	cr_assert_gt(rec.faults, 1000, "a tenth of 16384 pages, less the "
+		     "zeros faults put in around others");
+	ws_replay(&d, ws, args, &rec, &rep);
+	fcd_fini(&d);
+}
+
+Test(wset, record_then_replay_2m)
+{
+	const char *const args[] = { "--page", "2m", "--fraction", "0.25",
+				     "--seed", "5", "--first-pass-only", NULL };
+	struct ws_run rec, rep;
+	char ws[160];
+	struct fcd d;
+
+	reserve_or_skip(HPAGE, 32);
+	fcd_init(&d, "64M", "2M");
+	snprintf(ws, sizeof(ws), "%s/vm.ws", d.dir);
+	ws_record(&d, ws, args, 2u << 20, &rec);
+	ws_replay(&d, ws, args, &rec, &rep);
+	fcd_fini(&d);
+}
+
+/*
+ * The replay races the guest (no wait), with --prefetch, a balloon and a
+ * second pass over every page: every byte right, nothing lost.
+ */
+Test(wset, replay_races_the_guest)
+{
+	const char *const first[] = { "--fraction", "0.1", "--seed", "5",
+				      "--first-pass-only", NULL };
+	const char *const all[] = { "--fraction", "0.1", "--seed", "5",
+				    "--threads", "4", NULL };
+	struct ws_run rec;
+	char ws[160];
+	struct fcd d;
+
+	fcd_init(&d, "64M", "4k");
+	snprintf(ws, sizeof(ws), "%s/vm.ws", d.dir);
+	ws_record(&d, ws, first, 4096, &rec);
+	for (int i = 0; i < 4; i++) {
+		const char *const extra[] = { "--working-set", ws,
+					      "--prefetch", NULL };
+
+		fcd_start(&d, extra);
+		one_vm(&d, all);
+		daemon_done(&d);
+		cr_expect_eq(fc_json_u64(status_line, "poisoned"), 0);
+		cr_expect_geq(fc_json_u64(status_line, "removes"), 1);
+	}
+	fcd_fini(&d);
+}
+
+/* Start the daemon with --working-set @ws: refused for @why, not used. */
+static void ws_refused(struct fcd *d, const char *ws, const char *why)
+{
+	const char *const extra[] = { "--working-set", ws, NULL };
+	const char *const args[] = { "--fraction", "0.1", "--seed", "5",
+				     "--first-pass-only", NULL };
+
+	fcd_start(d, extra);
+	/* Said before the socket listened: before any fault. */
+	cr_assert(fcd_logged(d, why), "the log does not say \"%s\" (%s)", why,
+		  d->log);
+	cr_assert(fcd_logged(d, "not used, the VMs are served without it"));
+	one_vm(d, args);
+	daemon_done(d);
+	cr_assert_eq(fc_json_u64(status_line, "pages_replayed"), 0);
+	cr_assert_gt(fc_json_u64(status_line, "faults"), 0);
+	cr_assert_eq(fc_json_u64(status_line, "poisoned"), 0);
+}
+
+Test(wset, set_of_another_memory_file_refused)
+{
+	const char *const args[] = { "--fraction", "0.1", "--seed", "5",
+				     "--first-pass-only", NULL };
+	char ws[160], cut[160], cmd[1024];
+	struct ws_run rec;
+	struct stat st;
+	struct fcd d;
+
+	fcd_init(&d, "8M", "4k");
+	snprintf(ws, sizeof(ws), "%s/vm.ws", d.dir);
+	snprintf(cut, sizeof(cut), "%s/cut.ws", d.dir);
+	ws_record(&d, ws, args, 4096, &rec);
+	/* The same bytes written again: another file (inode, mtime). */
+	snprintf(cmd, sizeof(cmd), "cp %s %s.new && mv %s.new %s", d.mem,
+		 d.mem, d.mem, d.mem);
+	cr_assert_eq(system(cmd), 0);
+	ws_refused(&d, ws, "recorded for another memory file of this size");
+	/* Another size. */
+	{
+		char *argv[] = { (char *)fc_env("FC_MEMGEN"), d.mem, "16M",
+				 "--seed", "7", NULL };
+
+		cr_assert_eq(fc_run(argv), 0);
+	}
+	ws_refused(&d, ws, "recorded for a memory file of 8388608 bytes, not "
+		   "for this one of 16777216");
+	/* A set cut short. */
+	snprintf(cmd, sizeof(cmd), "cp %s %s", ws, cut);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(stat(cut, &st), 0);
+	cr_assert_eq(truncate(cut, st.st_size - 8), 0);
+	ws_refused(&d, cut, "the working-set file is truncated");
+	fcd_fini(&d);
+}
+
+/* Wait until every session of the daemon has every page in. */
+static void ws_all_in(const struct fcd *d, struct proto_status *st)
+{
+	uint64_t end = fc_now_ms() + FC_DEADLINE_MS;
+
+	for (;;) {
+		bool all = true;
+
+		fcd_status(d, st);
+		for (uint32_t i = 0; i < st->nr_sessions; i++)
+			all = all && st->s[i].done;
+		if (all)
+			return;
+		cr_assert(fc_now_ms() < end, "not all in");
+		usleep(1000);
+	}
+}
+
+/*
+ * SIGUSR1 writes the record and ends it: the pages the guest touches
+ * after are not in the set, and --prefetch pushes only from then on.
+ * Two VMs: the second is not recorded.
+ */
+Test(wset, sigusr1_ends_the_record)
+{
+	const char *const args[] = { "--fraction", "0.1", "--seed", "5",
+				     "--wait-mid", NULL };
+	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
+	const char *extra[] = { "--record-working-set", NULL, "--prefetch",
+				NULL };
+	uint64_t faults, end;
+	struct wset set;
+	char ws[160];
+	struct fcc c, other;
+	struct fcd d;
+
+	fcd_init(&d, "64M", "4k");
+	snprintf(ws, sizeof(ws), "%s/vm.ws", d.dir);
+	extra[1] = ws;
+	fcd_start(&d, extra);
+	fcc_start(&c, &d, args);
+	fcc_line(&c); /* the first pass is done and checked */
+	fcd_wait_for(&d, 1, faults, 1);
+	fcc_start(&other, &d, args);
+	fcc_line(&other);
+	wait_logged(&d, "not recorded: --record-working-set records the "
+		    "first VM only");
+	fcd_status(&d, st);
+	cr_assert_eq(st->nr_sessions, 2);
+	faults = UINT64_MAX;
+	for (uint32_t i = 0; i < 2; i++)
+		if (st->s[i].pid == c.pid) {
+			faults = st->s[i].faults - st->s[i].eexist;
+			cr_assert_eq(st->s[i].pages_background, 0,
+				     "nothing pushed while recording");
+		}
+	cr_assert_neq(faults, UINT64_MAX, "no session of the first VM");
+	cr_assert_eq(access(ws, F_OK), -1, "no set before the VM ends or "
+		     "SIGUSR1");
+	cr_assert_eq(kill(d.pid, SIGUSR1), 0);
+	for (end = fc_now_ms() + FC_DEADLINE_MS; access(ws, F_OK);
+	     usleep(1000))
+		cr_assert(fc_now_ms() < end, "SIGUSR1 wrote no set");
+	ws_load(ws, &set);
+	cr_assert_eq(set.nr, faults, "the set: the faults until SIGUSR1");
+	wset_free(&set);
+	ws_all_in(&d, st); /* the push started: all in */
+	fcc_go(&c);
+	fcc_go(&other);
+	cr_assert_eq(fcc_wait(&c), 0, "%s", c.line);
+	cr_assert_eq(fcc_wait(&other), 0, "%s", other.line);
+	daemon_done(&d);
+	ws_load(ws, &set);
+	cr_assert_eq(set.nr, faults, "nothing noted after the record ended");
+	wset_free(&set);
+	free(st);
+	fcd_fini(&d);
 }

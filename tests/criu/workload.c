@@ -29,6 +29,9 @@
  *             background copy that starts at the lowest address reaches
  *             last
  *   random    read one word per page in a random order (timed), then check
+ *   part      check a seeded tenth of region 0's pages, nothing else: a
+ *             working set (a restore that records it, then one that
+ *             replays it)
  *
  * A SIGUSR1 sent with sigqueue() and a value of 1, 2, 3 or 4 runs seq,
  * random, basic or seqtop instead of the mode the process was dumped with (one dump then
@@ -138,6 +141,18 @@ static size_t check_all(struct wl *w)
 
 	bad += wl_check(w->seed, 1, 0, w->r1, WL_SPARSE_LEN,
 			bad ? NULL : &w->first_bad);
+	return bad;
+}
+
+/* part: the pages k of region 0 with wl_word(seed, 2, k * 8) % 10 == 0. */
+static size_t check_part(struct wl *w)
+{
+	size_t bad = 0;
+
+	for (size_t k = 0; k < w->len / WL_PAGE; k++)
+		if (wl_word(w->seed, 2, k * 8) % 10 == 0)
+			bad += check_r0(w, k * WL_PAGE, (k + 1) * WL_PAGE,
+					&w->first_bad);
 	return bad;
 }
 
@@ -327,7 +342,10 @@ static int after_go(struct wl *w, pthread_t *t)
 	if (!strcmp(w->mode, "fork") && (child = fork()) < 0)
 		die("fork");
 	prepare_mode(w);
-	bad = !strcmp(w->mode, "threads") ? run_threads(w, t) : check_all(w);
+	if (!strcmp(w->mode, "threads"))
+		bad = run_threads(w, t);
+	else
+		bad = !strcmp(w->mode, "part") ? check_part(w) : check_all(w);
 	w->t_done = now_ns();
 	if (child == 0)
 		_exit(report(w, "child", bad, ""));

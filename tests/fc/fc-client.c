@@ -7,6 +7,7 @@
  *             [--page 4k|2m] [--threads T] [--fraction F] [--seed S]
  *             [--writes PCT] [--balloon OFF,LEN|none] [--timeout SEC]
  *             [--wait-start | --handshake-only] [--wait-mid] [--wait-end]
+ *             [--first-pass-only]
  *             [--remove-race ROUNDS] [--no-page-size-kib]
  *             [--claim-page-size N] [--json-file FILE]
  *             [--attach uffd|none|file]
@@ -38,7 +39,9 @@
  * page there must read zeros - a quarter of them are written first, each
  * with a marker, before anything is read. Last, a second pass over every
  * page of every region finds the file's content outside the balloon and
- * zeros (and the markers) inside it.
+ * zeros (and the markers) inside it. --first-pass-only stops after the
+ * first pass and its check: the guest touched its working set, and only
+ * it (what a handler records as the set, and replays).
  *
  * --remove-race ROUNDS: instead of the passes above, pairs of threads
  * (--threads, rounded down to pairs) race a fault with a balloon: in each
@@ -133,6 +136,7 @@ struct opts {
 	uint64_t balloon_off, balloon_len;
 	unsigned int timeout;
 	bool wait_start, handshake_only, no_kib, wait_end, wait_mid;
+	bool first_only;	/* --first-pass-only */
 	uint64_t race_rounds;	/* --remove-race */
 	size_t claim_page_size;	/* 0: the real one */
 	enum attach attach;
@@ -277,7 +281,8 @@ static void usage(void)
 		"[--seed S] [--writes PCT]\n"
 		"       [--balloon OFF,LEN|none] [--timeout SEC] "
 		"[--wait-start | --handshake-only]\n"
-		"       [--wait-mid] [--wait-end] [--remove-race ROUNDS]\n"
+		"       [--wait-mid] [--wait-end] [--first-pass-only] "
+		"[--remove-race ROUNDS]\n"
 		"       [--no-page-size-kib] [--claim-page-size N] "
 		"[--json-file FILE]\n"
 		"       [--attach uffd|none|file]\n");
@@ -306,6 +311,7 @@ static void parse_one(struct opts *o, int c, char *arg)
 	case 'H': o->handshake_only = true; break;
 	case 'E': o->wait_end = true; break;
 	case 'M': o->wait_mid = true; break;
+	case 'O': o->first_only = true; break;
 	case 'R': o->race_rounds = parse_uint(arg, ULONG_MAX); break;
 	case 'K': o->no_kib = true; break;
 	case 'P': o->claim_page_size = parse_uint(arg, ULONG_MAX); break;
@@ -337,6 +343,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "handshake-only", no_argument, NULL, 'H' },
 		{ "wait-end", no_argument, NULL, 'E' },
 		{ "wait-mid", no_argument, NULL, 'M' },
+		{ "first-pass-only", no_argument, NULL, 'O' },
 		{ "remove-race", required_argument, NULL, 'R' },
 		{ "no-page-size-kib", no_argument, NULL, 'K' },
 		{ "claim-page-size", required_argument, NULL, 'P' },
@@ -833,7 +840,7 @@ static void wait_start(void);
 static void guest_run(struct guest *g)
 {
 	uint64_t n = (uint64_t)(g->o.fraction * (double)g->pages + 0.5), touched;
-	double first, all_in, gbps, balloon_ms = 0, pass2_ms;
+	double first, all_in, gbps, balloon_ms = 0, pass2_ms = 0;
 
 	n = n ? n : 1;
 	g->order = malloc(g->pages * sizeof(*g->order));
@@ -857,16 +864,18 @@ static void guest_run(struct guest *g)
 		fflush(stdout);
 		wait_start();
 	}
-	if (!g->o.no_balloon) {
+	if (!g->o.no_balloon && !g->o.first_only) {
 		phase = "the balloon's inflation (MADV_DONTNEED)";
 		balloon_ms = inflate(g);
 		balloon_pages(g);
 		phase = "the check of the balloon";
 		run_pass(g, balloon_check);
 	}
-	shuffle(g, g->pages, 1);
-	phase = "the second pass";
-	pass2_ms = run_pass(g, second_pass);
+	if (!g->o.first_only) {
+		shuffle(g, g->pages, 1);
+		phase = "the second pass";
+		pass2_ms = run_pass(g, second_pass);
+	}
 	printf("{\"regions\":%u,\"page_size\":%zu,\"bytes\":%" PRIu64
 	       ",\"threads\":%u,\"seed\":%" PRIu64 ",\"pages_touched\":%"
 	       PRIu64 ",\"stores\":%" PRIu64 ",\"first_fault_ms\":%.3f,"
@@ -877,8 +886,8 @@ static void guest_run(struct guest *g)
 	       g->total, g->o.threads, g->o.seed, touched,
 	       (uint64_t)atomic_load(&g->stores), first, all_in, gbps,
 	       percentile(g->lat, n, 50), percentile(g->lat, n, 99),
-	       g->o.no_balloon ? 0 : g->o.balloon_len, balloon_ms, g->pages,
-	       pass2_ms);
+	       g->o.no_balloon || g->o.first_only ? 0 : g->o.balloon_len,
+	       balloon_ms, g->o.first_only ? 0 : g->pages, pass2_ms);
 }
 
 /* ------------------------------------------------------------------------
