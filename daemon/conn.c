@@ -202,14 +202,15 @@ struct loop {
 };
 
 /* Every connection's deadline is now + the same time, so appending keeps
- * the list sorted. */
+ * the list sorted. Rounded up to the next millisecond: a connection gets
+ * at least its time, never up to a millisecond less. */
 static void conn_queue(struct loop *l, struct conn *c, uint64_t ms)
 {
 	if (c->next) {
 		c->prev->next = c->next;
 		c->next->prev = c->prev;
 	}
-	c->deadline_ms = now_ms() + ms;
+	c->deadline_ms = (now_ns() + 999999) / 1000000 + ms;
 	c->prev = l->list.prev;
 	c->next = &l->list;
 	l->list.prev->next = c;
