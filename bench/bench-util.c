@@ -5,13 +5,19 @@
  * the options faultd-bench run and sweep share.
  */
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
+#include "proto.h"
 
 int bench_opts_parse(int c, const char *arg, struct bench_opts *o)
 {
@@ -148,4 +154,55 @@ struct faultd_ctx *bench_ctx(unsigned int lock_mode, unsigned int handlers)
 		return NULL;
 	}
 	return ctx;
+}
+
+/*
+ * bench_daemon_start() - the faultd daemon of the daemon variants, started
+ * once into @d (a second call finds it there): the one next to this
+ * program (../daemon/faultd) or $FAULTD_DAEMON, listening on a socket of
+ * its own named after @tag. It dies with its parent. Returns 0, -ENOENT
+ * (no daemon there), -ETIMEDOUT (it did not listen within 5 s) or -errno.
+ */
+int bench_daemon_start(struct bench_daemon *d, const char *tag)
+{
+	char exe[PATH_MAX], *env = getenv("FAULTD_DAEMON");
+	double deadline;
+	ssize_t n;
+	int s;
+
+	if (d->pid > 0)
+		return 0;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 32);
+	if (n < 0)
+		return -errno;
+	exe[n] = 0;
+	strcat(dirname(exe), "/../daemon/faultd");
+	if (env)
+		snprintf(exe, sizeof(exe), "%s", env);
+	if (access(exe, X_OK))
+		return -ENOENT;
+	snprintf(d->sock, sizeof(d->sock), "/tmp/faultd-bench-%s-%d.sock", tag,
+		 getpid());
+	d->pid = fork();
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(exe, exe, "--socket", d->sock, (char *)NULL);
+		_exit(127);
+	}
+	for (deadline = bench_now() + 5; bench_now() < deadline;) {
+		s = proto_connect(d->sock);
+		if (s >= 0) {
+			close(s);
+			return 0;
+		}
+		usleep(10000);
+	}
+	return -ETIMEDOUT;
+}
+
+/* bench_daemon_stop() - the daemon of @d, if started, is told to stop. */
+void bench_daemon_stop(struct bench_daemon *d)
+{
+	if (d->pid > 0)
+		kill(d->pid, SIGTERM);
 }

@@ -162,6 +162,14 @@ int run_threads(unsigned int n, void *(*fn)(void *), void *args,
 unsigned int bench_cpus(void);
 
 /* Seconds since an arbitrary start, monotonic. */
+/* A faultd daemon for the daemon variants (bench-util.c). */
+struct bench_daemon {
+	pid_t pid;
+	char sock[108];
+};
+
+int bench_daemon_start(struct bench_daemon *d, const char *tag);
+void bench_daemon_stop(struct bench_daemon *d);
 double bench_now(void);
 
 /* A thread's latency record: a histogram, summed into a sample later. */

@@ -29,14 +29,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -53,8 +50,7 @@ enum { M_FIRST, M_GBPS, M_P99, M_P99_IDLE, M_CPU };
 static char image[64], image_mac[64], key[64];
 static uint32_t crc_sink; /* keeps eager's checksums from being elided */
 static size_t image_len;
-static char sock[108];
-static pid_t daemon_pid;
+static struct bench_daemon daemon_;
 
 static void image_remove(void)
 {
@@ -64,8 +60,7 @@ static void image_remove(void)
 		unlink(image_mac);
 	if (key[0])
 		unlink(key);
-	if (daemon_pid > 0)
-		kill(daemon_pid, SIGTERM);
+	bench_daemon_stop(&daemon_);
 }
 
 /* A new file in /var/tmp named after @what into @path (mode 0600). */
@@ -139,43 +134,6 @@ out:
 	return ret;
 }
 
-/* The daemon, started once, next to this program or $FAULTD_DAEMON. */
-static int daemon_get(void)
-{
-	char exe[PATH_MAX], *env = getenv("FAULTD_DAEMON");
-	double deadline;
-	ssize_t n;
-	int s;
-
-	if (daemon_pid > 0)
-		return 0;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 32);
-	if (n < 0)
-		return -errno;
-	exe[n] = 0;
-	strcat(dirname(exe), "/../daemon/faultd");
-	if (env)
-		snprintf(exe, sizeof(exe), "%s", env);
-	if (access(exe, X_OK))
-		return -ENOENT;
-	snprintf(sock, sizeof(sock), "/tmp/faultd-bench-%d.sock", getpid());
-	daemon_pid = fork();
-	if (daemon_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(exe, exe, "--socket", sock, (char *)NULL);
-		_exit(127);
-	}
-	for (deadline = bench_now() + 5; bench_now() < deadline;) {
-		s = proto_connect(sock);
-		if (s >= 0) {
-			close(s);
-			return 0;
-		}
-		usleep(10000);
-	}
-	return -ETIMEDOUT;
-}
-
 /* CPU time in ms of this process and, with @daemon, of the daemon: user
  * and system, all threads, those gone included. */
 static double cpu_ms(bool daemon)
@@ -192,7 +150,7 @@ static double cpu_ms(bool daemon)
 	     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 	if (!daemon)
 		return ms;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)daemon_pid);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)daemon_.pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 	if (fd >= 0)
@@ -234,7 +192,7 @@ static int restore_once(unsigned int v, size_t len, unsigned int flags,
 			struct sample *out, bool timed)
 {
 	struct faultd_restore_opts o = { .size = sizeof(o), .flags = flags,
-					 .socket = sock };
+					 .socket = daemon_.sock };
 	const char *path = v == V_DAEMON_MAC ? image_mac : image;
 	struct lat_hist *h = calloc(1, sizeof(*h));
 	struct faultd_ctx *ctx = bench_ctx(FAULTD_LOCK_REGION, 1);
@@ -323,7 +281,7 @@ static int restore_run(const struct bench_opts *o, unsigned int v,
 		return ret;
 	if (v == V_EAGER)
 		return eager(len, out);
-	if ((v == V_DAEMON || v == V_DAEMON_MAC) && daemon_get() < 0) {
+	if ((v == V_DAEMON || v == V_DAEMON_MAC) && bench_daemon_start(&daemon_, "restore") < 0) {
 		out->skipped = "no faultd daemon next to faultd-bench "
 			       "(set FAULTD_DAEMON)";
 		return 0;

@@ -50,11 +50,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <libgen.h>
-#include <limits.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -81,8 +78,7 @@ static size_t probes_n;
 static bool have_merged, have_rec;
 static uint64_t replay_bytes[2]; /* what the last replay read: warm, cold */
 static uint32_t crc_sink;	/* keeps seq-read's checks from being elided */
-static char sock[108];
-static pid_t daemon_pid;
+static struct bench_daemon daemon_;
 
 static void files_remove(void)
 {
@@ -91,45 +87,7 @@ static void files_remove(void)
 	for (size_t i = 0; i < 4; i++)
 		if (f[i][0])
 			unlink(f[i]);
-	if (daemon_pid > 0)
-		kill(daemon_pid, SIGTERM);
-}
-
-/* The daemon, started once, next to this program or $FAULTD_DAEMON. */
-static int daemon_get(void)
-{
-	char exe[PATH_MAX], *env = getenv("FAULTD_DAEMON");
-	double deadline;
-	ssize_t n;
-	int s;
-
-	if (daemon_pid > 0)
-		return 0;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 32);
-	if (n < 0)
-		return -errno;
-	exe[n] = 0;
-	strcat(dirname(exe), "/../daemon/faultd");
-	if (env)
-		snprintf(exe, sizeof(exe), "%s", env);
-	if (access(exe, X_OK))
-		return -ENOENT;
-	snprintf(sock, sizeof(sock), "/tmp/faultd-bench-ws-%d.sock", getpid());
-	daemon_pid = fork();
-	if (daemon_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(exe, exe, "--socket", sock, (char *)NULL);
-		_exit(127);
-	}
-	for (deadline = bench_now() + 5; bench_now() < deadline;) {
-		s = proto_connect(sock);
-		if (s >= 0) {
-			close(s);
-			return 0;
-		}
-		usleep(10000);
-	}
-	return -ETIMEDOUT;
+	bench_daemon_stop(&daemon_);
 }
 
 static int tmp_file(char *path, const char *what)
@@ -357,7 +315,7 @@ static int restore_once(const char *record, const char *set_path, bool first,
 		.flags = FAULTD_RESTORE_LAZY |
 			 (first ? FAULTD_RESTORE_WSET_FIRST : 0) |
 			 (daemon ? FAULTD_RESTORE_DAEMON : 0),
-		.socket = sock, .record_working_set = record,
+		.socket = daemon_.sock, .record_working_set = record,
 		.working_set = set_path };
 	struct faultd_restore_progress p = { .size = sizeof(p) };
 	struct faultd_ctx *ctx = bench_ctx(FAULTD_LOCK_REGION, 2);
@@ -503,7 +461,7 @@ static int daemon_run(unsigned int v, struct sample *out)
 
 	if (ret)
 		return ret;
-	if (daemon_get() < 0) {
+	if (bench_daemon_start(&daemon_, "ws") < 0) {
 		out->skipped = "no faultd daemon next to faultd-bench "
 			       "(set FAULTD_DAEMON)";
 		return 0;
