@@ -3,7 +3,7 @@
  * clone.c - copy-on-write clones of regions.
  *
  * A memfd parent shares its pages: the first clone freezes the memfd as a
- * page-cache base (base.c) and turns the parent into a private view of it,
+ * page cache (pcache.c) and turns the parent into a private view of it,
  * like the child; the kernel copies a page on its first write.
  *
  * Any other parent is copied page by page, and must not change what its
@@ -337,7 +337,7 @@ void clone_child_destroy_locked(struct faultd_region *child)
  */
 
 /*
- * Freeze a memfd region: its memfd becomes a page-cache base and its
+ * Freeze a memfd region: its memfd becomes a page cache and its
  * mapping a private view of it. The view is moved into place with no lock
  * held, because the region's handlers must read the REMAP event for the
  * move to finish; faults meanwhile go through the base already.
@@ -350,7 +350,7 @@ static int clone_freeze(struct faultd_region *p)
 	map_write_lock(ctx);
 	pthread_rwlock_wrlock(&p->lock);
 	/* A freeze that failed after this step left its base: go on with it. */
-	ret = p->cache ? 0 : base_create(p);
+	ret = p->cache ? 0 : pcache_create(p);
 	pthread_rwlock_unlock(&p->lock);
 	map_write_unlock(ctx);
 	if (ret < 0)
@@ -404,7 +404,7 @@ static int clone_shared(struct faultd_region *p, const struct faultd_clone_opts 
 	init.memfd = fcntl(p->cache->memfd, F_DUPFD_CLOEXEC, 0);
 	if (init.memfd < 0)
 		return -errno;
-	init.cache = base_get(p->cache);
+	init.cache = pcache_get(p->cache);
 	init.pager = pager_get(p->cache->pager);
 	child_opts(p, c, &o);
 	return region_create(p->ctx, &o, &init, childp);

@@ -3,7 +3,7 @@
  * evict.c - bounded memory and write-back: a region's resident budget and
  * the CLOCK that chooses what to evict.
  *
- * A region with a budget is a memfd with a page-cache base (base.c): its
+ * A region with a budget is a memfd with a page cache (pcache.c): its
  * pages are prepared in the page cache and mapped with UFFDIO_CONTINUE,
  * always write-protected, so the first write to each is a write-protect
  * fault that marks it dirty (dirty.c). "Resident" means in the page
@@ -87,7 +87,7 @@ struct evict {
 
 static struct page_state *state(struct faultd_region *r, uint64_t off)
 {
-	return base_state(r->cache, off);
+	return pcache_state(r->cache, off);
 }
 
 /* ------------------------------------------------------------------------
@@ -129,7 +129,7 @@ static size_t drop_run(struct faultd_region *r, uint64_t off, size_t len)
 		fd_err(r->ctx, "%s: cannot punch offset %#llx: %s", r->name,
 		       (unsigned long long)off, strerror(errno));
 	for (uint64_t o = off; o < off + len; o += ps)
-		base_release(state(r, o), ok ? PAGE_NONE : PAGE_READY);
+		pcache_release(state(r, o), ok ? PAGE_NONE : PAGE_READY);
 	return ok ? len / ps : 0;
 }
 
@@ -168,7 +168,7 @@ static size_t evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 		j = run_end(ev, i, n, ps, true);
 		if (ev->dirty[i] && !evict_writeback(r, ev, i, j)) {
 			for (size_t k = i; k < j; k++)
-				base_release(state(r, ev->victims[k]),
+				pcache_release(state(r, ev->victims[k]),
 					     PAGE_READY);
 			continue;
 		}
@@ -248,7 +248,7 @@ static size_t clock_scan(struct faultd_region *r, struct evict *ev,
 			zap_n++;
 			continue;
 		}
-		if (base_trylock(s, v))
+		if (pcache_trylock(s, v))
 			ev->victims[n++] = pg * r->page_size;
 	}
 	zap(r, zap_first, zap_n);
@@ -526,10 +526,10 @@ void evict_take_range(struct faultd_region *r, uint64_t off, size_t len,
 {
 	for (size_t i = 0; i < len / r->page_size; i++) {
 		bool stale = false;
-		int c = base_claim(state(r, off + i * r->page_size), false, true,
+		int c = pcache_claim(state(r, off + i * r->page_size), false, true,
 				   &stale);
 
-		was[i] = c == BASE_CLAIM_MAPPED ? PAGE_READY
+		was[i] = c == PCACHE_CLAIM_MAPPED ? PAGE_READY
 			 : stale		 ? PAGE_STALE
 						 : PAGE_NONE;
 	}
@@ -559,7 +559,7 @@ int evict_discard(struct faultd_region *r, uint64_t off, size_t len)
 		dirty_clear(r, o, l);
 		for (size_t i = 0; i < l / ps; i++) {
 			gone += ev->was[i] != PAGE_NONE;
-			base_release(state(r, o + i * ps), PAGE_NONE);
+			pcache_release(state(r, o + i * ps), PAGE_NONE);
 		}
 		atomic_fetch_sub(&ev->resident, gone);
 	}

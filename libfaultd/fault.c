@@ -11,8 +11,8 @@
  *
  * A fault is resolved as its region's kind does it (r->ops, kinds.c):
  * here the missing and write-protect faults and the steps every kind's
- * fault code is made of (fault.h); the heap's, the page-cache base's and
- * the copy-on-write clone's are in heap.c, base_fault.c and clone.c.
+ * fault code is made of (fault.h); the heap's, the page cache's and
+ * the copy-on-write clone's are in heap.c, pcache_fault.c and clone.c.
  *
  * Every path ends in exactly one of: the page filled (waking the waiters),
  * the waiters woken because someone else filled it, the page poisoned, the
@@ -69,7 +69,7 @@ void fault_commit(struct fault *f, enum stat_item kind)
  * (the kernel marks the first write); otherwise a page filled for a read
  * is protected, and a page filled for a write is installed writable, the
  * write's consequences taken at once (fault_before_write()), saving a
- * second fault. A page-cache base maps pages read-only anyway, so it
+ * second fault. A page cache maps pages read-only anyway, so it
  * always protects.
  */
 static void fault_setup(struct fault *f, uintptr_t addr)

@@ -60,7 +60,7 @@ int do_zero_fault(struct fault *f);
 
 /* The other kinds' faults, each in its kind's file. */
 int do_heap_fault(struct fault *f);	/* heap.c */
-int do_base_fault(struct fault *f);	/* base_fault.c */
+int do_pcache_fault(struct fault *f);	/* pcache_fault.c */
 int do_cow_fault(struct fault *f);	/* clone.c */
 
 #endif /* FAULTD_FAULT_H */

@@ -5,7 +5,7 @@
  *
  * An anonymous hugetlb region is resolved like any other with UFFDIO_COPY
  * (hugetlb has no zero page, so zero-fill copies from a buffer of zeros).
- * A memfd-hugetlb region has a page-cache base (base.c) and is resolved
+ * A memfd-hugetlb region has a page cache (pcache.c) and is resolved
  * with UFFDIO_CONTINUE, without copying the page.
  */
 #include <errno.h>

@@ -14,7 +14,7 @@
  *       ev->lock (a budget's CLOCK and victims; evict.c)
  *         region->dirty_lock (the dirty bitmap against collections)
  *       clone snapshot stripe locks (clone.c)
- *       base page states (PAGE_BUSY, a futex; base.c) and fill claims
+ *       page-cache page states (PAGE_BUSY, a futex; pcache.c), fill claims
  *           (a bit per page; fill.c): nothing waits for one holding
  *           another, but sync and discard under ev->lock
  *       ra->lock, pool->lock (prefetch.c)
@@ -303,7 +303,8 @@ bool map_lock_held(const struct faultd_ctx *ctx, bool write);
  */
 #define assert_map_write_held(ctx) fd_assert_internal(map_lock_held(ctx, true))
 #define assert_map_held(ctx) fd_assert_internal(map_lock_held(ctx, false))
-#define assert_mutex_held(m) fd_assert_internal(pthread_mutex_trylock(m) == EBUSY)
+#define assert_mutex_held(m)                                                 \
+	fd_assert_internal(pthread_mutex_trylock(m) == EBUSY)
 #define assert_rwlock_held(l)                                                \
 	fd_assert_internal(pthread_rwlock_trywrlock(l) == EBUSY)
 
@@ -402,7 +403,7 @@ struct fault;
  * struct region_ops - what a region does, by where its content comes
  * from, as vm_operations_struct is for a VMA; kinds.c has the table of
  * every kind and what each can do. A region's ops are set when it gets
- * its content (region.c, base.c, heap.c, clone.c) and read, never tested
+ * its content (region.c, pcache.c, heap.c, clone.c) and read, never tested
  * against pointers, by the fault path and the operations below. A NULL
  * operation, or a false capability, is -EOPNOTSUPP.
  */
@@ -419,10 +420,10 @@ struct region_ops {
 	bool sync;	/* faultd_region_sync() (with a write-back pager) */
 };
 
-extern const struct region_ops missing_ops, heap_ops, base_ops, budget_ops,
-	view_ops, cow_ops;
+extern const struct region_ops missing_ops, heap_ops, pcache_ops,
+	budget_ops, view_ops, cow_ops;
 
-/* The state of one page of a page-cache base (see base.c). */
+/* The state of one page of a page cache (see pcache.c). */
 struct page_state {
 	int32_t state;
 };
@@ -433,7 +434,7 @@ struct page_state {
 #define PAGE_STALE 3	 /* in the page cache, but discarded: prepare again */
 #define PAGE_WAITERS 0x100 /* with BUSY: someone waits for it */
 
-struct region_base {
+struct page_cache {
 	int memfd;
 	char *alias;		/* the library's MAP_SHARED view of memfd */
 	size_t alias_len;
@@ -464,8 +465,8 @@ struct faultd_region {
 	uint64_t flags;
 	size_t page_size;
 	int memfd;
-	/* memfd-hugetlb and frozen memfd views: the page-cache base */
-	struct region_base *cache;
+	/* memfd-hugetlb and frozen memfd views: the page cache */
+	struct page_cache *cache;
 	struct pager_ref *pager; /* a reference; NULL: zero-fill */
 	struct faultd_heap *heap; /* a heap's region: see heap.c */
 	size_t fault_around;	  /* bytes; 0: off */
@@ -580,23 +581,23 @@ unsigned int huge_memfd_flags(size_t ps);
 void huge_log_enomem(const struct faultd_region *r, size_t len);
 
 /* ------------------------------------------------------------------------
- * base.c - page-cache bases shared by memfd-hugetlb and frozen regions.
+ * pcache.c - page caches shared by memfd-hugetlb and frozen regions.
  */
 
-#define BASE_CLAIM_MAPPED 0  /* the page is ready: map it */
-#define BASE_CLAIM_PREPARE 1 /* the caller prepares it, then releases */
+#define PCACHE_CLAIM_MAPPED 0  /* the page is ready: map it */
+#define PCACHE_CLAIM_PREPARE 1 /* the caller prepares it, then releases */
 
-int base_create(struct faultd_region *r);
-struct region_base *base_get(struct region_base *b);
-void base_put(struct region_base *b);
-int base_grow(struct region_base *b, size_t len);
-struct page_state *base_state(struct region_base *b, uint64_t off);
-int base_claim(struct page_state *s, bool minor, bool evictable,
+int pcache_create(struct faultd_region *r);
+struct page_cache *pcache_get(struct page_cache *b);
+void pcache_put(struct page_cache *b);
+int pcache_grow(struct page_cache *b, size_t len);
+struct page_state *pcache_state(struct page_cache *b, uint64_t off);
+int pcache_claim(struct page_state *s, bool minor, bool evictable,
 	       bool *was_stale);
-void base_release(struct page_state *s, int32_t state);
-void base_mark_stale(struct region_base *b, uint64_t off, size_t len);
-void base_forget(struct region_base *b, uint64_t off, size_t len);
-bool base_trylock(struct page_state *s, int32_t from);
+void pcache_release(struct page_state *s, int32_t state);
+void pcache_mark_stale(struct page_cache *b, uint64_t off, size_t len);
+void pcache_forget(struct page_cache *b, uint64_t off, size_t len);
+bool pcache_trylock(struct page_state *s, int32_t from);
 
 /* ------------------------------------------------------------------------
  * clone.c - copy-on-write clones.
@@ -605,7 +606,7 @@ bool base_trylock(struct page_state *s, int32_t from);
 /* How a region is created inside the library (NULL: from the options). */
 struct region_init {
 	enum region_kind kind;
-	struct region_base *cache; /* a reference, taken over */
+	struct page_cache *cache; /* a reference, taken over */
 	int memfd;		   /* owned, taken over */
 	struct pager_ref *pager;   /* a reference, taken over */
 	bool wp_registered;

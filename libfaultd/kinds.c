@@ -8,15 +8,15 @@
  *   kind    content                     fault   discard resize prefetch sync
  *   missing zeros, or the pager's       missing dirty   yes    yes      yes
  *   heap    zeros below the break       heap    dirty   yes    -        yes
- *   base    a page cache: hugetlb memfd base    dirty   yes    -        yes
- *   budget  a page cache with a budget  base    evict   yes    yes      yes
- *   view    a clone's view of a frozen  base    dirty   -      -        -
+ *   pcache  a page cache: hugetlb memfd pcache  dirty   yes    -        yes
+ *   budget  a page cache with a budget  pcache  evict   yes    yes      yes
+ *   view    a clone's view of a frozen  pcache  dirty   -      -        -
  *           memfd (MEMFD_PRIVATE)
  *   cow     the clone's parent as it    cow     -       -      -        -
  *           was (copy on write)
  *
  * (fault: do_missing_fault(), fault.c; do_heap_fault(), heap.c;
- * do_base_fault(), base_fault.c; do_cow_fault(), clone.c. discard:
+ * do_pcache_fault(), pcache_fault.c; do_cow_fault(), clone.c. discard:
  * dirty_discard(), dirty.c; evict_discard(), evict.c.)
  *
  * What the state of a region adds at run time stays with the operation:
@@ -43,9 +43,9 @@ const struct region_ops heap_ops = {
 	.sync = true,
 };
 
-const struct region_ops base_ops = {
-	.name = "base",
-	.fault = do_base_fault,
+const struct region_ops pcache_ops = {
+	.name = "pcache",
+	.fault = do_pcache_fault,
 	.discard = dirty_discard,
 	.resize = true,
 	.sync = true,
@@ -53,7 +53,7 @@ const struct region_ops base_ops = {
 
 const struct region_ops budget_ops = {
 	.name = "budget",
-	.fault = do_base_fault,
+	.fault = do_pcache_fault,
 	.discard = evict_discard,
 	.resize = true,
 	.prefetch = true,
@@ -62,7 +62,7 @@ const struct region_ops budget_ops = {
 
 const struct region_ops view_ops = {
 	.name = "view",
-	.fault = do_base_fault,
+	.fault = do_pcache_fault,
 	.discard = dirty_discard,
 };
 

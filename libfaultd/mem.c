@@ -133,7 +133,7 @@ static int mmap_flags(const struct faultd_region *r)
 	}
 }
 
-/* Regions with a page-cache base also take minor faults. */
+/* Regions with a page cache also take minor faults. */
 static uint64_t register_mode(const struct faultd_region *r, bool base)
 {
 	uint64_t mode = UFFDIO_REGISTER_MODE_MISSING;
@@ -145,7 +145,7 @@ static uint64_t register_mode(const struct faultd_region *r, bool base)
 	return mode;
 }
 
-static bool has_base(const struct faultd_region *r)
+static bool has_pcache(const struct faultd_region *r)
 {
 	return r->kind == REGION_MEMFD_HUGETLB ||
 	       r->kind == REGION_MEMFD_PRIVATE || r->ev;
@@ -201,7 +201,7 @@ static int populate(struct faultd_region *r, size_t off, size_t len)
 	if (ret < 0)
 		goto err;
 	ret = uffd_register(r->group->uffd, (uintptr_t)at, len,
-			    register_mode(r, has_base(r)), NULL);
+			    register_mode(r, has_pcache(r)), NULL);
 	/* Async tracking starts protected: the kernel marks first writes. */
 	if (!ret && r->wp_mode == WP_ASYNC)
 		ret = uffd_writeprotect(r->group->uffd, (uintptr_t)at, len,
@@ -217,7 +217,7 @@ err:
 /*
  * mem_map() - back and register the region over its reservation, not yet
  * accessible: mem_expose() opens it once the region can serve its faults.
- * The memfd and page-cache base it creates belong to the region (released
+ * The memfd and page cache it creates belong to the region (released
  * with it, also on failure here); on failure the reservation is as it was.
  */
 int mem_map(struct faultd_region *r)
@@ -229,7 +229,7 @@ int mem_map(struct faultd_region *r)
 	    r->memfd < 0)
 		ret = memfd_open(r, len);
 	if (!ret && (r->kind == REGION_MEMFD_HUGETLB || r->ev) && !r->cache)
-		ret = base_create(r);
+		ret = pcache_create(r);
 	if (!ret)
 		ret = populate(r, 0, len);
 	return ret;
@@ -258,7 +258,7 @@ int mem_reregister(struct faultd_region *r)
 
 	r->wp_registered = true;
 	ret = uffd_register(r->group->uffd, r->base, atomic_load(&r->len),
-			    register_mode(r, has_base(r)), NULL);
+			    register_mode(r, has_pcache(r)), NULL);
 	if (ret < 0)
 		r->wp_registered = wp;
 	return ret;
@@ -311,7 +311,7 @@ static int reserve_more(struct faultd_region *r, size_t len)
 	if (ret < 0)
 		return ret == -EEXIST ? -ENOMEM : ret;
 	if (r->cache) {
-		ret = base_grow(r->cache, len);
+		ret = pcache_grow(r->cache, len);
 		if (ret < 0) {
 			munmap((void *)at, len - r->max_len);
 			return ret;
@@ -355,7 +355,7 @@ void mem_shrink(struct faultd_region *r, size_t old_len, size_t len)
 	if (r->memfd >= 0)
 		(void)!ftruncate(r->memfd, (off_t)len);
 	if (r->cache)
-		base_forget(r->cache, len, old_len - len);
+		pcache_forget(r->cache, len, old_len - len);
 }
 
 /*
@@ -381,12 +381,12 @@ int mem_discard(struct faultd_region *r, uint64_t off, size_t len)
 				FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				(off_t)off, (off_t)len);
 		if (!ret && r->cache) /* a freeze that did not complete */
-			base_forget(r->cache, off, len);
+			pcache_forget(r->cache, off, len);
 		break;
 	case REGION_MEMFD_HUGETLB:
 		ret = madvise(p, len, MADV_DONTNEED);
 		if (!ret)
-			base_mark_stale(r->cache, off, len);
+			pcache_mark_stale(r->cache, off, len);
 		break;
 	default:
 		ret = madvise(p, len, MADV_DONTNEED);

@@ -138,12 +138,12 @@ static void copy_populate(struct faultd_region *r, uint64_t off, size_t len,
 }
 
 /*
- * base_map() - map [off, off + len) from the page cache, write-protected
+ * pcache_map() - map [off, off + len) from the page cache, write-protected
  * (clean). A page that another thread mapped first, or one gone, is
  * stepped over; one that cannot be mapped now (an event is pending, or
  * the ioctl fails) is left to the fault that needs it, which maps it.
  */
-static void base_map(struct faultd_region *r, uint64_t off, size_t len)
+static void pcache_map(struct faultd_region *r, uint64_t off, size_t len)
 {
 	struct inst_req q = { .uffd = r->group->uffd, .op = INST_CONTINUE,
 			      .flags = INST_WP, .dst = r->base + off,
@@ -154,13 +154,13 @@ static void base_map(struct faultd_region *r, uint64_t off, size_t len)
 }
 
 /*
- * base_run() - pages [off, off + len) of a region with a budget, claimed
+ * pcache_run() - pages [off, off + len) of a region with a budget, claimed
  * by the caller and charged to the budget: fill them in the page cache
  * and map them (write-protected: they are clean).
  */
-static void base_run(struct faultd_region *r, uint64_t off, size_t len)
+static void pcache_run(struct faultd_region *r, uint64_t off, size_t len)
 {
-	struct region_base *b = r->cache;
+	struct page_cache *b = r->cache;
 	size_t ps = r->page_size;
 	ssize_t n = pager_call_fill(r, b->pager, off, b->alias + off, len);
 
@@ -172,20 +172,20 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
 				 (off_t)off, (off_t)len);
 		evict_unreserve(r, len / ps);
 		for (uint64_t o = off; o < off + len; o += ps)
-			base_release(base_state(b, o), PAGE_NONE);
+			pcache_release(pcache_state(b, o), PAGE_NONE);
 		return;
 	}
 	stat_add_shared(r->bg_stats, ST_BYTES_READ, (uint64_t)n);
 	install_fill_tail(b->alias + off, n, len);
-	base_map(r, off, len);
+	pcache_map(r, off, len);
 	evict_mapped(r, off, len);
 	for (uint64_t o = off; o < off + len; o += ps)
-		base_release(base_state(b, o), PAGE_READY);
+		pcache_release(pcache_state(b, o), PAGE_READY);
 	stat_add_shared(r->bg_stats, ST_READAHEAD, len / ps);
 }
 
 /*
- * base_populate() - the same for a region with a budget: pages not in the
+ * pcache_populate() - the same for a region with a budget: pages not in the
  * page cache are claimed without waiting (a page someone else holds is
  * skipped), in runs, each charged to the budget, filled and mapped at
  * once. The part of a run the budget has no room for is let go: room is
@@ -193,7 +193,7 @@ static void base_run(struct faultd_region *r, uint64_t off, size_t len)
  * pages in the budget cannot be written back: then the rest is left to
  * the faults, which may go over the budget, and read-ahead may not.
  */
-static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
+static void pcache_populate(struct faultd_region *r, uint64_t off, size_t len,
 			  uint64_t marker)
 {
 	size_t ps = r->page_size;
@@ -203,7 +203,7 @@ static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
 		size_t n, got;
 
 		while (o < off + len && o != marker &&
-		       base_trylock(base_state(r->cache, o), PAGE_NONE))
+		       pcache_trylock(pcache_state(r->cache, o), PAGE_NONE))
 			o += ps;
 		if (o == start) {
 			o += ps;
@@ -212,10 +212,10 @@ static void base_populate(struct faultd_region *r, uint64_t off, size_t len,
 		n = (o - start) / ps;
 		got = evict_reserve(r, n, false);
 		for (size_t i = got; i < n; i++)
-			base_release(base_state(r->cache, start + i * ps),
+			pcache_release(pcache_state(r->cache, start + i * ps),
 				     PAGE_NONE);
 		if (got)
-			base_run(r, start, got * ps);
+			pcache_run(r, start, got * ps);
 		else if (evict_make_room(r))
 			return;
 		o = start + got * ps;
@@ -245,7 +245,7 @@ static void pf_fill(struct faultd_region *r, uint64_t off, size_t len,
 		if (len > cur - off)
 			len = cur - off;
 		if (r->ev)
-			base_populate(r, off, len, marker);
+			pcache_populate(r, off, len, marker);
 		else
 			copy_populate(r, off, len, marker, buf);
 	}

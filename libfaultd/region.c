@@ -221,7 +221,7 @@ static void region_free(struct faultd_region *r)
 	free(r->bg_stats);
 	sigbus_free(r);
 	pager_put(r->pager);
-	base_put(r->cache);
+	pcache_put(r->cache);
 	if (r->memfd >= 0)
 		close(r->memfd);
 	free((void *)atomic_load(&r->cow_own));
@@ -264,7 +264,7 @@ static void region_init_release(const struct region_init *init)
 {
 	if (!init)
 		return;
-	base_put(init->cache);
+	pcache_put(init->cache);
 	pager_put(init->pager);
 	if (init->memfd >= 0)
 		close(init->memfd);

@@ -46,7 +46,7 @@ static int sync_run(struct faultd_region *r, uint64_t off, size_t len)
 		}
 	}
 	for (size_t i = 0; i < n; i++)
-		base_release(base_state(r->cache, off + i * ps), was[i]);
+		pcache_release(pcache_state(r->cache, off + i * ps), was[i]);
 	return ret;
 }
 

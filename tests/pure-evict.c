@@ -28,7 +28,7 @@ _Static_assert(PAGE_NONE == 0 && PAGE_BUSY == 1 && PAGE_READY == 2 &&
 
 struct clock {
 	struct faultd_region r;
-	struct region_base b;
+	struct page_cache b;
 	struct page_state states[NR];
 	char *mem;
 };

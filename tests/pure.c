@@ -2,8 +2,8 @@
 /*
  * pure.c - suite "pure": the state machines that need no userfaultfd and
  * no handler thread, driven by hand as the kernel drives mm/vma.c in user
- * space. Here the page-cache base's page states (base_claim() and the
- * calls around it, base.c) and the latency histogram's buckets (stats.c),
+ * space. Here the page cache's page states (pcache_claim() and the
+ * calls around it, pcache.c) and the latency histogram's buckets (stats.c),
  * both reached through internal.h. The files next to this one include a
  * library source to reach its static functions: pure-dirty.c (bitmaps),
  * pure-evict.c (the CLOCK), pure-readahead.c (the read-ahead window).
@@ -15,13 +15,13 @@
 #include "internal.h"
 
 /* ------------------------------------------------------------------------
- * base_claim(): who prepares a page of a page-cache base.
+ * pcache_claim(): who prepares a page of a page cache.
  */
 
 struct claim_case {
 	int32_t from;
 	bool minor, evictable;
-	int ret;	/* BASE_CLAIM_* */
+	int ret;	/* PCACHE_CLAIM_* */
 	int32_t to;	/* the page's state after the claim */
 	bool stale;	/* *was_stale after a PREPARE */
 };
@@ -29,23 +29,23 @@ struct claim_case {
 static const struct claim_case claim_cases[] = {
 	/* Nobody prepared it: the claimer does, unless a MINOR fault of a
 	 * base the evictor never shrinks says its content is in place. */
-	{ PAGE_NONE, false, false, BASE_CLAIM_PREPARE, PAGE_BUSY, false },
-	{ PAGE_NONE, true, false, BASE_CLAIM_MAPPED, PAGE_READY, false },
-	{ PAGE_NONE, false, true, BASE_CLAIM_PREPARE, PAGE_BUSY, false },
-	{ PAGE_NONE, true, true, BASE_CLAIM_PREPARE, PAGE_BUSY, false },
+	{ PAGE_NONE, false, false, PCACHE_CLAIM_PREPARE, PAGE_BUSY, false },
+	{ PAGE_NONE, true, false, PCACHE_CLAIM_MAPPED, PAGE_READY, false },
+	{ PAGE_NONE, false, true, PCACHE_CLAIM_PREPARE, PAGE_BUSY, false },
+	{ PAGE_NONE, true, true, PCACHE_CLAIM_PREPARE, PAGE_BUSY, false },
 	/* In place: map it; with a budget the mapper holds it. */
-	{ PAGE_READY, false, false, BASE_CLAIM_MAPPED, PAGE_READY, false },
-	{ PAGE_READY, true, false, BASE_CLAIM_MAPPED, PAGE_READY, false },
-	{ PAGE_READY, false, true, BASE_CLAIM_MAPPED, PAGE_BUSY, false },
-	{ PAGE_READY, true, true, BASE_CLAIM_MAPPED, PAGE_BUSY, false },
+	{ PAGE_READY, false, false, PCACHE_CLAIM_MAPPED, PAGE_READY, false },
+	{ PAGE_READY, true, false, PCACHE_CLAIM_MAPPED, PAGE_READY, false },
+	{ PAGE_READY, false, true, PCACHE_CLAIM_MAPPED, PAGE_BUSY, false },
+	{ PAGE_READY, true, true, PCACHE_CLAIM_MAPPED, PAGE_BUSY, false },
 	/* Discarded: prepared again, whatever the fault says. */
-	{ PAGE_STALE, false, false, BASE_CLAIM_PREPARE, PAGE_BUSY, true },
-	{ PAGE_STALE, true, false, BASE_CLAIM_PREPARE, PAGE_BUSY, true },
-	{ PAGE_STALE, false, true, BASE_CLAIM_PREPARE, PAGE_BUSY, true },
-	{ PAGE_STALE, true, true, BASE_CLAIM_PREPARE, PAGE_BUSY, true },
+	{ PAGE_STALE, false, false, PCACHE_CLAIM_PREPARE, PAGE_BUSY, true },
+	{ PAGE_STALE, true, false, PCACHE_CLAIM_PREPARE, PAGE_BUSY, true },
+	{ PAGE_STALE, false, true, PCACHE_CLAIM_PREPARE, PAGE_BUSY, true },
+	{ PAGE_STALE, true, true, PCACHE_CLAIM_PREPARE, PAGE_BUSY, true },
 };
 
-Test(base_claim, every_free_state_by_fault_and_base)
+Test(pcache_claim, every_free_state_by_fault_and_base)
 {
 	for (size_t i = 0; i < sizeof(claim_cases) / sizeof(claim_cases[0]);
 	     i++) {
@@ -53,8 +53,8 @@ Test(base_claim, every_free_state_by_fault_and_base)
 		struct page_state s = { c->from };
 		/* The opposite of what a PREPARE must report, so that it
 		 * shows the claim wrote it. */
-		bool stale = c->ret == BASE_CLAIM_PREPARE ? !c->stale : false;
-		int ret = base_claim(&s, c->minor, c->evictable, &stale);
+		bool stale = c->ret == PCACHE_CLAIM_PREPARE ? !c->stale : false;
+		int ret = pcache_claim(&s, c->minor, c->evictable, &stale);
 
 		cr_expect_eq(ret, c->ret, "case %zu: claim %d, want %d", i, ret,
 			     c->ret);
@@ -65,23 +65,23 @@ Test(base_claim, every_free_state_by_fault_and_base)
 	}
 }
 
-Test(base_claim, trylock_takes_only_the_state_named)
+Test(pcache_claim, trylock_takes_only_the_state_named)
 {
 	struct page_state s = { PAGE_READY };
 
-	cr_expect_not(base_trylock(&s, PAGE_STALE));
+	cr_expect_not(pcache_trylock(&s, PAGE_STALE));
 	cr_expect_eq(s.state, PAGE_READY);
-	cr_expect_not(base_trylock(&s, PAGE_NONE));
+	cr_expect_not(pcache_trylock(&s, PAGE_NONE));
 	cr_expect_eq(s.state, PAGE_READY);
-	cr_expect(base_trylock(&s, PAGE_READY));
+	cr_expect(pcache_trylock(&s, PAGE_READY));
 	cr_expect_eq(s.state, PAGE_BUSY);
 	/* Held: nobody takes it again, from any state. */
-	cr_expect_not(base_trylock(&s, PAGE_READY));
-	cr_expect_not(base_trylock(&s, PAGE_BUSY | PAGE_WAITERS));
+	cr_expect_not(pcache_trylock(&s, PAGE_READY));
+	cr_expect_not(pcache_trylock(&s, PAGE_BUSY | PAGE_WAITERS));
 	cr_expect_eq(s.state, PAGE_BUSY);
-	base_release(&s, PAGE_STALE);
+	pcache_release(&s, PAGE_STALE);
 	cr_expect_eq(s.state, PAGE_STALE);
-	cr_expect(base_trylock(&s, PAGE_STALE));
+	cr_expect(pcache_trylock(&s, PAGE_STALE));
 	cr_expect_eq(s.state, PAGE_BUSY);
 }
 
@@ -99,7 +99,7 @@ static void *claimer_main(void *arg)
 {
 	struct claimer *c = arg;
 
-	c->ret = base_claim(c->s, false, c->evictable, &c->stale);
+	c->ret = pcache_claim(c->s, false, c->evictable, &c->stale);
 	atomic_fetch_add(c->done, 1);
 	return NULL;
 }
@@ -138,31 +138,31 @@ static void claim_after_release(int32_t to, int want_ret, bool want_stale)
 
 	claimer_start(&c, &s, false, &done);
 	wait_waiting(&s, &done, 0);
-	base_release(&s, to);
+	pcache_release(&s, to);
 	cr_assert(wait_at_least(&done, 1, 10000), "the waiter was not woken");
 	pthread_join(c.t, NULL);
 	cr_expect_eq(c.ret, want_ret);
 	cr_expect_eq(c.stale, want_stale);
-	cr_expect_eq(s.state, want_ret == BASE_CLAIM_PREPARE ? PAGE_BUSY
+	cr_expect_eq(s.state, want_ret == PCACHE_CLAIM_PREPARE ? PAGE_BUSY
 							     : PAGE_READY);
 }
 
-Test(base_claim, busy_waits_then_maps_what_was_prepared, .timeout = 30)
+Test(pcache_claim, busy_waits_then_maps_what_was_prepared, .timeout = 30)
 {
-	claim_after_release(PAGE_READY, BASE_CLAIM_MAPPED, false);
+	claim_after_release(PAGE_READY, PCACHE_CLAIM_MAPPED, false);
 }
 
-Test(base_claim, busy_waits_then_prepares_what_was_dropped, .timeout = 30)
+Test(pcache_claim, busy_waits_then_prepares_what_was_dropped, .timeout = 30)
 {
-	claim_after_release(PAGE_NONE, BASE_CLAIM_PREPARE, false);
-	claim_after_release(PAGE_STALE, BASE_CLAIM_PREPARE, true);
+	claim_after_release(PAGE_NONE, PCACHE_CLAIM_PREPARE, false);
+	claim_after_release(PAGE_STALE, PCACHE_CLAIM_PREPARE, true);
 }
 
 /*
  * With a budget a mapped page is held: of two waiters woken by one
  * release, one takes it and the other waits again until it is let go.
  */
-Test(base_claim, evictable_waiters_take_the_page_in_turn, .timeout = 30)
+Test(pcache_claim, evictable_waiters_take_the_page_in_turn, .timeout = 30)
 {
 	struct page_state s = { PAGE_BUSY };
 	atomic_int done = 0;
@@ -171,33 +171,33 @@ Test(base_claim, evictable_waiters_take_the_page_in_turn, .timeout = 30)
 	claimer_start(&c[0], &s, true, &done);
 	claimer_start(&c[1], &s, true, &done);
 	wait_waiting(&s, &done, 0);
-	base_release(&s, PAGE_READY);
+	pcache_release(&s, PAGE_READY);
 	wait_waiting(&s, &done, 1);
 	cr_expect_eq(atomic_load(&done), 1);
-	base_release(&s, PAGE_READY);
+	pcache_release(&s, PAGE_READY);
 	cr_assert(wait_at_least(&done, 2, 10000), "the second waiter sleeps");
 	for (int i = 0; i < 2; i++) {
 		pthread_join(c[i].t, NULL);
-		cr_expect_eq(c[i].ret, BASE_CLAIM_MAPPED, "claimer %d", i);
+		cr_expect_eq(c[i].ret, PCACHE_CLAIM_MAPPED, "claimer %d", i);
 	}
 	cr_expect_eq(s.state, PAGE_BUSY);
 }
 
-Test(base_claim, release_sets_the_state_and_clears_waiters)
+Test(pcache_claim, release_sets_the_state_and_clears_waiters)
 {
 	struct page_state s = { PAGE_BUSY | PAGE_WAITERS };
 
 	/* Nobody waits in fact: the wake finds no one and the state is
 	 * exactly the one released. */
-	base_release(&s, PAGE_READY);
+	pcache_release(&s, PAGE_READY);
 	cr_expect_eq(s.state, PAGE_READY);
 }
 
 /* A base with @n page states and two more past its end, to see that
  * nothing writes there. */
-static struct region_base *base_of(size_t n)
+static struct page_cache *base_of(size_t n)
 {
-	struct region_base *b = calloc(1, sizeof(*b));
+	struct page_cache *b = calloc(1, sizeof(*b));
 
 	cr_assert_not_null(b);
 	b->page_size = PAGE;
@@ -209,25 +209,25 @@ static struct region_base *base_of(size_t n)
 	return b;
 }
 
-static void base_free(struct region_base *b)
+static void base_free(struct page_cache *b)
 {
 	free(b->states);
 	free(b);
 }
 
-Test(base_claim, mark_stale_and_forget_cover_exactly_their_range)
+Test(pcache_claim, mark_stale_and_forget_cover_exactly_their_range)
 {
-	struct region_base *b = base_of(4);
+	struct page_cache *b = base_of(4);
 
-	cr_expect_eq(base_state(b, 3 * PAGE), &b->states[3]);
-	cr_expect_eq(base_state(b, 3 * PAGE + PAGE - 1), &b->states[3]);
-	base_mark_stale(b, PAGE, 2 * PAGE);
+	cr_expect_eq(pcache_state(b, 3 * PAGE), &b->states[3]);
+	cr_expect_eq(pcache_state(b, 3 * PAGE + PAGE - 1), &b->states[3]);
+	pcache_mark_stale(b, PAGE, 2 * PAGE);
 	cr_expect_eq(b->states[0].state, PAGE_READY);
 	cr_expect_eq(b->states[1].state, PAGE_STALE);
 	cr_expect_eq(b->states[2].state, PAGE_STALE);
 	cr_expect_eq(b->states[3].state, PAGE_READY);
 	/* Forgetting past the end (a shrunk region) stops at its end. */
-	base_forget(b, 2 * PAGE, 4 * PAGE);
+	pcache_forget(b, 2 * PAGE, 4 * PAGE);
 	cr_expect_eq(b->states[1].state, PAGE_STALE);
 	cr_expect_eq(b->states[2].state, PAGE_NONE);
 	cr_expect_eq(b->states[3].state, PAGE_NONE);

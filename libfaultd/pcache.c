@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * base.c - page-cache bases: a memfd whose pages the library prepares in
+ * pcache.c - page caches: a memfd whose pages the library prepares in
  * place and maps with UFFDIO_CONTINUE, without copying them.
  *
- * Two kinds of region use one. A memfd-hugetlb region maps its base
- * MAP_SHARED: a page is allocated (the kernel clears it), filled by the
- * pager or cleared after a discard through the library's own mapping of
- * the memfd (the alias), then mapped. A frozen memfd region and its clones
- * map the base MAP_PRIVATE: the page cache holds the content as of the
- * clone, shared by all of them; UFFDIO_CONTINUE maps it read-only and the
- * kernel copies a page on the first write to it.
+ * Three kinds of region use one (pcache_ops, budget_ops and view_ops in
+ * kinds.c); struct page_cache is r->cache. A memfd-hugetlb region maps its
+ * page cache MAP_SHARED: a page is allocated (the kernel clears it),
+ * filled by the pager or cleared after a discard through the library's
+ * own mapping of the memfd (the alias), then mapped. A region with a
+ * budget does the same for 4 KiB pages (evict.c). A frozen memfd region
+ * and its clones map it MAP_PRIVATE: the page cache holds the content as
+ * of the clone, shared by all of them; UFFDIO_CONTINUE maps it read-only
+ * and the kernel copies a page on the first write to it.
  *
  * Preparing a page through the alias is not atomic with mapping it, so each
  * page has a state (struct page_state), claimed by one handler at a time: a
@@ -29,13 +31,13 @@
 #include "internal.h"
 
 /*
- * base_create() - a base over @r's memfd (a duplicate of the fd: both own
+ * pcache_create() - a base over @r's memfd (a duplicate of the fd: both own
  * theirs), sized for @r's reservation, with a reference to @r's pager.
  * Context: map_lock held for writing, or @r not yet visible.
  */
-int base_create(struct faultd_region *r)
+int pcache_create(struct faultd_region *r)
 {
-	struct region_base *b = fd_calloc(1, sizeof(*b));
+	struct page_cache *b = fd_calloc(1, sizeof(*b));
 	void *p;
 
 	if (!b)
@@ -69,17 +71,17 @@ int base_create(struct faultd_region *r)
 	atomic_init(&b->refs, 1);
 	b->pager = pager_get(r->pager);
 	r->cache = b;
-	r->ops = r->ev ? &budget_ops : &base_ops;
+	r->ops = r->ev ? &budget_ops : &pcache_ops;
 	return 0;
 }
 
-struct region_base *base_get(struct region_base *b)
+struct page_cache *pcache_get(struct page_cache *b)
 {
 	atomic_fetch_add(&b->refs, 1);
 	return b;
 }
 
-void base_put(struct region_base *b)
+void pcache_put(struct page_cache *b)
 {
 	if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
 		return;
@@ -91,11 +93,11 @@ void base_put(struct region_base *b)
 }
 
 /*
- * base_grow() - cover @len bytes. Only for a base with one user (memfd
+ * pcache_grow() - cover @len bytes. Only for a base with one user (memfd
  * hugetlb); frozen bases do not change size.
  * Context: that region's lock held for writing (no handler uses it).
  */
-int base_grow(struct region_base *b, size_t len)
+int pcache_grow(struct page_cache *b, size_t len)
 {
 	size_t n = len / b->page_size;
 	struct page_state *s;
@@ -117,25 +119,25 @@ int base_grow(struct region_base *b, size_t len)
 	return 0;
 }
 
-struct page_state *base_state(struct region_base *b, uint64_t off)
+struct page_state *pcache_state(struct page_cache *b, uint64_t off)
 {
 	return &b->states[off / b->page_size];
 }
 
 /*
- * base_claim() - decide who prepares the page.
- * Returns BASE_CLAIM_PREPARE (the caller owns the page: prepare it, then
- * call base_release()), or BASE_CLAIM_MAPPED (its content is in place:
+ * pcache_claim() - decide who prepares the page.
+ * Returns PCACHE_CLAIM_PREPARE (the caller owns the page: prepare it, then
+ * call pcache_release()), or PCACHE_CLAIM_MAPPED (its content is in place:
  * just map it). A MINOR fault on a page nobody prepared means its content
  * came from elsewhere (written through the memfd before it was frozen, or
  * by its owner): it is in place as it is.
  *
  * In an @evictable base (a region with a budget, evict.c) the page cache
  * loses pages whenever the evictor takes them, so a MINOR fault proves
- * nothing, and a page is held (BUSY) while it is mapped: BASE_CLAIM_MAPPED
+ * nothing, and a page is held (BUSY) while it is mapped: PCACHE_CLAIM_MAPPED
  * then also means the caller owns it and releases it READY after mapping.
  */
-int base_claim(struct page_state *s, bool minor, bool evictable,
+int pcache_claim(struct page_state *s, bool minor, bool evictable,
 	       bool *was_stale)
 {
 	int32_t v;
@@ -145,9 +147,9 @@ int base_claim(struct page_state *s, bool minor, bool evictable,
 		switch (v & ~PAGE_WAITERS) {
 		case PAGE_READY:
 			if (!evictable)
-				return BASE_CLAIM_MAPPED;
-			if (base_trylock(s, PAGE_READY))
-				return BASE_CLAIM_MAPPED;
+				return PCACHE_CLAIM_MAPPED;
+			if (pcache_trylock(s, PAGE_READY))
+				return PCACHE_CLAIM_MAPPED;
 			continue;
 		case PAGE_NONE:
 			if (minor && !evictable) {
@@ -162,7 +164,7 @@ int base_claim(struct page_state *s, bool minor, bool evictable,
 				    &s->state, &v, PAGE_BUSY, false,
 				    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 				*was_stale = v == PAGE_STALE;
-				return BASE_CLAIM_PREPARE;
+				return PCACHE_CLAIM_PREPARE;
 			}
 			continue;
 		default: /* BUSY: another handler prepares it; wait */
@@ -178,17 +180,17 @@ int base_claim(struct page_state *s, bool minor, bool evictable,
 }
 
 /*
- * base_trylock() - take the page if it is @from (never waits).
+ * pcache_trylock() - take the page if it is @from (never waits).
  * Returns whether the caller owns it now (BUSY).
  */
-bool base_trylock(struct page_state *s, int32_t from)
+bool pcache_trylock(struct page_state *s, int32_t from)
 {
 	return __atomic_compare_exchange_n(&s->state, &from, PAGE_BUSY, false,
 					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-/* base_release() - end the preparation: the page is @state now. */
-void base_release(struct page_state *s, int32_t state)
+/* pcache_release() - end the preparation: the page is @state now. */
+void pcache_release(struct page_state *s, int32_t state)
 {
 	int32_t old = __atomic_exchange_n(&s->state, state, __ATOMIC_ACQ_REL);
 
@@ -197,19 +199,19 @@ void base_release(struct page_state *s, int32_t state)
 }
 
 /*
- * base_mark_stale() - [off, off + len) was zapped but its pages stay in the
+ * pcache_mark_stale() - [off, off + len) was zapped but its pages stay in the
  * page cache: the next fault must prepare them again (shared views only).
  */
-void base_mark_stale(struct region_base *b, uint64_t off, size_t len)
+void pcache_mark_stale(struct page_cache *b, uint64_t off, size_t len)
 {
 	for (uint64_t o = off; o < off + len; o += b->page_size)
-		base_release(base_state(b, o), PAGE_STALE);
+		pcache_release(pcache_state(b, o), PAGE_STALE);
 }
 
-/* base_forget() - pages of [off, off + len) left the page cache. */
-void base_forget(struct region_base *b, uint64_t off, size_t len)
+/* pcache_forget() - pages of [off, off + len) left the page cache. */
+void pcache_forget(struct page_cache *b, uint64_t off, size_t len)
 {
 	for (uint64_t o = off; o < off + len && o / b->page_size < b->nr_states;
 	     o += b->page_size)
-		base_release(base_state(b, o), PAGE_NONE);
+		pcache_release(pcache_state(b, o), PAGE_NONE);
 }

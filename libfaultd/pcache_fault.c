@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * base_fault.c - the faults of regions whose pages live in a page cache of
- * their own (base.c): hugetlb memfd regions, clones' views of a frozen
- * memfd and regions with a budget (base_ops, view_ops, budget_ops in
+ * pcache_fault.c - the faults of regions whose pages live in a page cache of
+ * their own (pcache.c): hugetlb memfd regions, clones' views of a frozen
+ * memfd and regions with a budget (pcache_ops, view_ops, budget_ops in
  * kinds.c). The handler that claims a page prepares it in the page cache
  * through the alias; every fault on it then maps it with UFFDIO_CONTINUE.
  * With a budget, a page is charged before it comes in and held while it
@@ -11,12 +11,12 @@
 #include "fault.h"
 
 /*
- * base_prepare() - put the content of a claimed page into the page cache
+ * pcache_prepare() - put the content of a claimed page into the page cache
  * through the alias: a missing page is allocated (the kernel clears it) by
  * touching it, a stale one is cleared, a pager fills either in place.
  * Returns 0 or the pager's -errno.
  */
-static int base_prepare(struct fault *f, bool stale)
+static int pcache_prepare(struct fault *f, bool stale)
 {
 	char *p = f->r->cache->alias + f->off;
 	ssize_t n;
@@ -40,14 +40,14 @@ static int base_prepare(struct fault *f, bool stale)
 }
 
 /*
- * base_claim_charged() - base_claim(); in a region with a budget, a page
+ * pcache_claim_charged() - pcache_claim(); in a region with a budget, a page
  * that comes into the page cache (not a stale one, which is there) is
  * charged to the budget first. While the budget is full the page is let
  * go again - a thread that holds a page never waits for room - room is
  * made (evict.c) and the page claimed again; over the budget if the pages
  * in it cannot be written back.
  */
-static int base_claim_charged(struct fault *f, struct page_state *s,
+static int pcache_claim_charged(struct fault *f, struct page_state *s,
 			      bool *stale)
 {
 	bool minor = f->msg_flags & UFFD_PAGEFAULT_FLAG_MINOR, over = false;
@@ -56,17 +56,17 @@ static int base_claim_charged(struct fault *f, struct page_state *s,
 
 	for (;;) {
 		*stale = false;
-		claim = base_claim(s, minor, r->ev, stale);
-		if (!r->ev || claim == BASE_CLAIM_MAPPED || *stale ||
+		claim = pcache_claim(s, minor, r->ev, stale);
+		if (!r->ev || claim == PCACHE_CLAIM_MAPPED || *stale ||
 		    evict_reserve(r, 1, over))
 			return claim;
-		base_release(s, PAGE_NONE);
+		pcache_release(s, PAGE_NONE);
 		over = evict_make_room(r);
 	}
 }
 
 /*
- * do_base_fault() - a missing or minor fault in a region with a page-cache
+ * do_pcache_fault() - a missing or minor fault in a region with a page-cache
  * base. The handler that claims the page prepares it in the page cache;
  * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
  * In a region with a budget the page is held while it is mapped, so that
@@ -74,10 +74,10 @@ static int base_claim_charged(struct fault *f, struct page_state *s,
  * mapping it marks it used for the evictor's CLOCK. A page whose content
  * could not be produced stays charged, stale: it may hold memory.
  */
-int do_base_fault(struct fault *f)
+int do_pcache_fault(struct fault *f)
 {
 	struct faultd_region *r = f->r;
-	struct page_state *s = base_state(r->cache, f->off);
+	struct page_state *s = pcache_state(r->cache, f->off);
 	bool stale;
 	int claim, ret;
 
@@ -86,24 +86,24 @@ int do_base_fault(struct fault *f)
 		if (ret)
 			return ret;
 	}
-	claim = base_claim_charged(f, s, &stale);
-	if (claim == BASE_CLAIM_MAPPED) {
+	claim = pcache_claim_charged(f, s, &stale);
+	if (claim == PCACHE_CLAIM_MAPPED) {
 		fault_commit(f, ST_MAPPED);
 	} else {
-		ret = base_prepare(f, stale);
+		ret = pcache_prepare(f, stale);
 		if (ret) {
-			base_release(s, PAGE_STALE);
+			pcache_release(s, PAGE_STALE);
 			return fault_poison(f, ret);
 		}
 		if (!r->ev)
-			base_release(s, PAGE_READY);
+			pcache_release(s, PAGE_READY);
 	}
-	ret = fault_continue(f, claim == BASE_CLAIM_PREPARE);
+	ret = fault_continue(f, claim == PCACHE_CLAIM_PREPARE);
 	if (!r->ev)
 		return ret;
 	evict_mapped(r, f->off, f->len);
-	base_release(s, PAGE_READY);
-	if (claim == BASE_CLAIM_PREPARE)
+	pcache_release(s, PAGE_READY);
+	if (claim == PCACHE_CLAIM_PREPARE)
 		fault_readahead(f, f->off + f->len);
 	return ret;
 }
