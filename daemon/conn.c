@@ -217,13 +217,16 @@ static void conn_queue(struct loop *l, struct conn *c, uint64_t ms)
 	l->list.prev = c;
 }
 
+/* Forget @c; its socket too, unless @keep_sock: then a session owns it,
+ * out of the loop's epoll set already (conn_register()). */
 static void conn_close(struct loop *l, struct conn *c, bool keep_sock)
 {
 	c->prev->next = c->next;
 	c->next->prev = c->prev;
-	epoll_ctl(l->ep, EPOLL_CTL_DEL, c->sock, NULL);
-	if (!keep_sock)
+	if (!keep_sock) {
+		epoll_ctl(l->ep, EPOLL_CTL_DEL, c->sock, NULL);
 		close(c->sock);
+	}
 	if (c->state == CONN_REFUSE)
 		l->nr_refusing--;
 	if (c->counted)
@@ -336,6 +339,8 @@ static void conn_register(struct loop *l, struct conn *c, size_t len,
 		/* The session's code waits in poll(), then reads and sends
 		 * on a blocking socket. */
 		fcntl(g->sock, F_SETFL, fcntl(g->sock, F_GETFL) & ~O_NONBLOCK);
+		/* Out of the loop before the session may close it. */
+		epoll_ctl(l->ep, EPOLL_CTL_DEL, g->sock, NULL);
 		ret = thread_start(&t, session_main, g, "faultd-session");
 		why = "cannot start a thread";
 		if (ret)
@@ -395,12 +400,12 @@ static void conn_input(struct loop *l, struct conn *c)
 	for (unsigned int i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (c->state == CONN_HELLO) {
-		if (hello_reply(c->sock, (const void *)h) < 0)
-			conn_close(l, c, false);
-		else
-			c->state = CONN_REQUEST;
-		if (c->state == CONN_REQUEST)
-			conn_queue(l, c, dopts.handshake_ms);
+		if (hello_reply(c->sock, (const void *)h) < 0) {
+			conn_close(l, c, false); /* c is freed */
+			return;
+		}
+		c->state = CONN_REQUEST;
+		conn_queue(l, c, dopts.handshake_ms);
 		return;
 	}
 	if (h->type == MSG_STATUS)
