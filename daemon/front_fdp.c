@@ -26,7 +26,7 @@
 struct fdp {
 	int sock;
 	struct space *sp;
-	bool sent_done;
+	atomic_bool sent_done; /* control loop; read by fdp_save() anywhere */
 	bool has_key;		/* the image is authenticated with key */
 	struct img_key key;	/* the image's own key (PROTO_REG_MAC) */
 };
@@ -96,11 +96,11 @@ static void fdp_tick(struct session *s, bool all_in)
 	struct fdp *f = s->fe_data;
 	struct proto_progress p;
 
-	if (f->sent_done)
+	if (atomic_load(&f->sent_done))
 		return;
 	fdp_progress(s, &p, all_in ? MSG_DONE : MSG_PROGRESS);
 	proto_send(f->sock, &p, NULL, 0);
-	f->sent_done = all_in;
+	atomic_store(&f->sent_done, all_in);
 }
 
 /* The client exited: its session is over. */
@@ -133,7 +133,7 @@ struct fdp_blob {
 static size_t fdp_save(struct session *s, void *blob, size_t max)
 {
 	struct fdp *f = s->fe_data;
-	struct fdp_blob b = { .sent_done = f->sent_done,
+	struct fdp_blob b = { .sent_done = atomic_load(&f->sent_done),
 			      .has_key = f->has_key };
 
 	memcpy(b.key, f->key.key, sizeof(b.key));
@@ -185,7 +185,7 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 		return ret;
 	}
 	f->sock = peer;
-	f->sent_done = b.sent_done;
+	atomic_store(&f->sent_done, b.sent_done);
 	s->fe = &fdp_ops;
 	s->fe_data = f;
 	s->fe_free = fdp_free;
