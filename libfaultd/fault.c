@@ -477,8 +477,7 @@ static int do_pager_fault(struct fault *f)
 	ret = fault_can_call_pager(f, f->r->pager);
 	if (ret)
 		return ret;
-	if (f->r->rs) /* a restore that records its working set */
-		restore_note_fault(f->r, f->off);
+	restore_note_fault(f->r, f->off); /* a restore may record it */
 	if (!fault_claim(f, &sp)) {
 		/* Another filler has it, and wakes the thread (fill.c). */
 		fault_commit(f, ST_NR);

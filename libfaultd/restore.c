@@ -329,12 +329,14 @@ void restore_stop(struct faultd_region *r)
 	rs->watching = false;
 }
 
-/* A missing fault of restored region @r (fault path): a working set may
- * note it. */
+/* A missing fault of region @r (fault path): if it is a restore that
+ * records its working set, the set notes it. */
 void restore_note_fault(struct faultd_region *r, uint64_t off)
 {
-	if (r->rs->ws)
-		rws_note_fault(r->rs->ws, off);
+	struct restore *rs = __atomic_load_n(&r->rs, __ATOMIC_ACQUIRE);
+
+	if (rs && rs->ws)
+		rws_note_fault(rs->ws, off);
 }
 
 void restore_free(struct faultd_region *r)
@@ -422,6 +424,7 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 {
 	struct faultd_restore_opts o = { .size = sizeof(o) };
 	struct faultd_region *r;
+	struct restore *rs;
 	struct image *img;
 	int ret = 0;
 
@@ -449,16 +452,18 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 	ret = restore_region(ctx, img, &o, &r); /* the pager owns img now */
 	if (ret < 0)
 		return ret;
-	r->rs = fd_calloc(1, sizeof(*r->rs));
-	if (!r->rs) {
+	rs = fd_calloc(1, sizeof(*rs));
+	if (!rs) {
 		faultd_region_destroy(r);
 		return -ENOMEM;
 	}
-	r->rs->img = img;
-	r->rs->flags = o.flags;
-	r->rs->sock = -1;
-	pthread_mutex_init(&r->rs->lock, NULL);
-	ret = rws_create(r, img, &o, &r->rs->ws);
+	rs->img = img;
+	rs->flags = o.flags;
+	rs->sock = -1;
+	pthread_mutex_init(&rs->lock, NULL);
+	ret = rws_create(r, img, &o, &rs->ws);
+	/* Published whole: the region's faults read it (restore_note_fault()). */
+	__atomic_store_n(&r->rs, rs, __ATOMIC_RELEASE);
 	if (!ret)
 		ret = restore_start(r, &o);
 	if (ret < 0) {
