@@ -60,6 +60,25 @@
 
 #include "internal.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define FAULTD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FAULTD_ASAN 1
+#endif
+#endif
+#ifdef FAULTD_ASAN
+#include <sanitizer/asan_interface.h>
+/*
+ * AddressSanitizer keeps the shadow of memory that went away without it
+ * (a thread's stack, its fake stack): a region reserved at that address
+ * would read as the dead stack's redzones. A reservation is new memory.
+ */
+#define mem_asan_new(p, len) ASAN_UNPOISON_MEMORY_REGION((void *)(p), (len))
+#else
+#define mem_asan_new(p, len) ((void)0)
+#endif
+
 /*
  * mem_reserve() - reserve @len bytes aligned to @align at @addr (NULL:
  * anywhere): address space only, PROT_NONE, no memory. -EEXIST if @addr
@@ -85,6 +104,7 @@ int mem_reserve(void *addr, size_t len, size_t align, uintptr_t *base)
 		munmap((void *)p, start - p);
 	if (p + extra > start)
 		munmap((void *)(start + len), p + extra - start);
+	mem_asan_new(start, len);
 	*base = start;
 	return 0;
 }
@@ -159,14 +179,31 @@ static void unpopulate(struct faultd_region *r, size_t off, size_t len)
 }
 
 /*
- * Map @len bytes of backing at @at (MAP_FIXED, over a reservation),
- * inaccessible: nothing can touch them before they are registered.
+ * Map @len bytes of backing at @at (over a reservation), inaccessible:
+ * nothing can touch them before they are registered. Backing that may be
+ * refused for want of memory (@elsewhere: huge pages, which are reserved
+ * when mapped) is mapped at an address of the kernel's choosing and moved
+ * into place: a MAP_FIXED mapping that fails may leave a hole where the
+ * reservation was, which another thread's mmap() can take - and putting
+ * the reservation back, or unmapping the region, would then destroy that
+ * mapping (seen: a handler thread's stack under ASan).
  */
 static int map_inaccessible(void *at, size_t len, int flags, int fd,
-			    off_t off)
+			    off_t off, bool elsewhere)
 {
-	if (mmap(at, len, PROT_NONE, MAP_FIXED | flags, fd, off) == MAP_FAILED)
+	void *p = mmap(elsewhere ? NULL : at, len, PROT_NONE,
+		       (elsewhere ? 0 : MAP_FIXED) | flags, fd, off);
+
+	if (p == MAP_FAILED)
 		return -errno;
+	if (elsewhere &&
+	    mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) ==
+		    MAP_FAILED) {
+		int err = -errno;
+
+		munmap(p, len);
+		return err;
+	}
 	/* A forked child must not see unfilled pages as zeros: keep it out. */
 	madvise(at, len, MADV_DONTFORK);
 	return 0;
@@ -189,7 +226,8 @@ static int populate(struct faultd_region *r, size_t off, size_t len)
 	int ret;
 
 	ret = map_inaccessible(at, len, mmap_flags(r), r->memfd,
-			       r->memfd >= 0 ? (off_t)off : 0);
+			       r->memfd >= 0 ? (off_t)off : 0,
+			       r->page_size > (size_t)r->ctx->page_size);
 	if (ret < 0) {
 		if (ret == -ENOMEM && r->page_size > (size_t)r->ctx->page_size)
 			huge_log_enomem(r, len);
@@ -282,7 +320,8 @@ int mem_freeze(struct faultd_region *r)
 	ret = mem_reserve(NULL, len, r->page_size, &tmp);
 	if (ret < 0)
 		return ret;
-	ret = map_inaccessible((void *)tmp, len, MAP_PRIVATE, r->memfd, 0);
+	ret = map_inaccessible((void *)tmp, len, MAP_PRIVATE, r->memfd, 0,
+			       false);
 	if (!ret)
 		ret = uffd_register(r->group->uffd, tmp, len,
 				    register_mode(r, true), NULL);
