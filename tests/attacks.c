@@ -1048,10 +1048,13 @@ static void restore_result_child(void *arg)
 					 .socket = arg };
 	struct faultd_ctx *ctx;
 	struct faultd_region *r;
+	int ret;
 
 	if (faultd_ctx_create(NULL, &ctx))
 		_exit(100);
-	_exit(-faultd_restore(ctx, image, &o, &r));
+	ret = faultd_restore(ctx, image, &o, &r);
+	faultd_ctx_destroy(ctx); /* its threads too, joined */
+	_exit(-ret);
 }
 
 static int restore_result(const char *path)

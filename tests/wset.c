@@ -610,6 +610,7 @@ Test(wset, replay_interrupted_by_kill_of_the_daemon)
 		do
 			faultd_restore_progress(r, &p);
 		while (!p.done && test_now_ns() < end);
+		faultd_ctx_destroy(ctx); /* its threads too, joined */
 		_exit(!p.done ? 13 : p.daemon_died ? 14 : 0);
 	}
 	cr_assert_eq(read(to_test[0], &k, 1), 1);
