@@ -401,69 +401,143 @@ static void e_outside(FaultdCriu__PagemapEntry *e)
 	e->flags = CRIU_PE_LAZY | CRIU_PE_PRESENT;
 }
 
-Test(criu, bad_images_refused)
+/*
+ * The ways a dump is damaged for the tests that must refuse it: each makes
+ * its copy @name of "good" and damages it. err and says are what
+ * criu_dump_open() returns and says (NULL: "mm-PID.img"); the daemon ones
+ * are also run against faultd lazy-pages.
+ */
+struct damage {
+	const char *name;
+	void (*make)(const char *name, pid_t pid);
+	int err;
+	const char *says;
+	bool daemon;
+};
+
+static void file_pwrite(const char *name, const char *file, const void *b,
+			size_t n, off_t at)
 {
 	char p[256];
-	struct h_task t;
 	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", h_path(name), file);
+	fd = open(p, O_WRONLY);
+	cr_assert(fd >= 0, "%s", p);
+	cr_assert_eq(pwrite(fd, b, n, at), (ssize_t)n);
+	close(fd);
+}
+
+/* pages-1.img one page short. */
+static void d_short(const char *name, pid_t pid)
+{
+	char p[256];
+
+	struct stat st;
+
+	(void)pid;
+	snprintf(p, sizeof(p), "%s/pages-1.img", h_path(name));
+	cr_assert_eq(stat(p, &st), 0);
+	cr_assert_eq(truncate(p, st.st_size - 4096), 0);
+}
+
+/* No mm-PID.img. */
+static void d_nomm(const char *name, pid_t pid)
+{
+	char p[256];
+
+	snprintf(p, sizeof(p), "%s/mm-%d.img", h_path(name), (int)pid);
+	cr_assert_eq(unlink(p), 0);
+}
+
+/* Bytes in the pagemap that do not parse. */
+static void d_garbage(const char *name, pid_t pid)
+{
+	char f[64];
+
+	snprintf(f, sizeof(f), "pagemap-%d.img", (int)pid);
+	file_pwrite(name, f, "\xff\xff\xff\xff\xff\xff", 6, 20);
+}
+
+/* A pagemap cut short. */
+static void d_cut(const char *name, pid_t pid)
+{
+	char p[256];
+
+	snprintf(p, sizeof(p), "%s/pagemap-%d.img", h_path(name), (int)pid);
+	cr_assert_eq(truncate(p, 30), 0);
+}
+
+/* Entries that parse but cannot be served. */
+static void d_unaligned(const char *name, pid_t pid)
+{
+	edit_pagemap(name, pid, 2, e_unaligned);
+}
+
+static void d_overlap(const char *name, pid_t pid)
+{
+	edit_pagemap(name, pid, 2, e_overlap);
+}
+
+static void d_parent(const char *name, pid_t pid)
+{
+	edit_pagemap(name, pid, 1, e_parent);
+}
+
+static void d_flags(const char *name, pid_t pid)
+{
+	edit_pagemap(name, pid, 1, e_flags);
+}
+
+static void d_outside(const char *name, pid_t pid)
+{
+	edit_pagemap(name, pid, LAST_ENTRY, e_outside);
+}
+
+/* Not a CRIU image at all. */
+static void d_magic(const char *name, pid_t pid)
+{
+	(void)pid;
+	file_pwrite(name, "pstree.img", "FAUL", 4, 0);
+}
+
+static const struct damage damages[] = {
+	{ "short", d_short, -EBADMSG, "pages-1.img: truncated", true },
+	{ "nomm", d_nomm, -ENOENT, NULL, true },
+	{ "garbage", d_garbage, -EBADMSG, "does not parse", false },
+	{ "cut", d_cut, -EBADMSG, "pagemap", false },
+	{ "unaligned", d_unaligned, -EBADMSG, "unaligned", true },
+	{ "overlap", d_overlap, -EBADMSG, "out of order", false },
+	{ "parent", d_parent, -EOPNOTSUPP, "incremental", false },
+	{ "flags", d_flags, -EBADMSG, "flags", false },
+	{ "outside", d_outside, -EBADMSG, "not in a private anonymous VMA",
+	  false },
+	{ "magic", d_magic, -EBADMSG, "pstree.img: not a CRIU image", false },
+};
+
+/* Make @dm's damaged copy of "good"; what its refusal says into @says. */
+static void damage_make(const struct damage *dm, pid_t pid, char *says,
+			size_t len)
+{
+	copy_dump("good", dm->name);
+	dm->make(dm->name, pid);
+	if (dm->says)
+		snprintf(says, len, "%s", dm->says);
+	else
+		snprintf(says, len, "mm-%d.img", (int)pid);
+}
+
+Test(criu, bad_images_refused)
+{
+	struct h_task t;
+	char says[64];
 
 	h_workload(&t, NULL, 4, 9, "basic");
 	h_dump(&t, NULL, "good");
-
-	/* pages-1.img one page short. */
-	copy_dump("good", "short");
-	snprintf(p, sizeof(p), "%s/pages-1.img", h_path("short"));
-	fd = open(p, O_WRONLY);
-	cr_assert(fd >= 0);
-	cr_assert_eq(ftruncate(fd, lseek(fd, 0, SEEK_END) - 4096), 0);
-	close(fd);
-	expect_refused("short", -EBADMSG, "pages-1.img: truncated");
-
-	/* No mm-PID.img. */
-	copy_dump("good", "nomm");
-	snprintf(p, sizeof(p), "%s/mm-%d.img", h_path("nomm"), (int)t.pid);
-	cr_assert_eq(unlink(p), 0);
-	snprintf(p, sizeof(p), "mm-%d.img", (int)t.pid);
-	expect_refused("nomm", -ENOENT, p);
-
-	/* Garbage in the pagemap: bytes that do not parse, then a cut. */
-	copy_dump("good", "garbage");
-	snprintf(p, sizeof(p), "%s/pagemap-%d.img", h_path("garbage"),
-		 (int)t.pid);
-	fd = open(p, O_WRONLY);
-	cr_assert(fd >= 0);
-	cr_assert_eq(pwrite(fd, "\xff\xff\xff\xff\xff\xff", 6, 20), 6);
-	close(fd);
-	expect_refused("garbage", -EBADMSG, "does not parse");
-	copy_dump("good", "cut");
-	snprintf(p, sizeof(p), "%s/pagemap-%d.img", h_path("cut"), (int)t.pid);
-	cr_assert_eq(truncate(p, 30), 0);
-	expect_refused("cut", -EBADMSG, "pagemap");
-
-	/* Entries that parse but cannot be served. */
-	copy_dump("good", "unaligned");
-	edit_pagemap("unaligned", t.pid, 2, e_unaligned);
-	expect_refused("unaligned", -EBADMSG, "unaligned");
-	copy_dump("good", "overlap");
-	edit_pagemap("overlap", t.pid, 2, e_overlap);
-	expect_refused("overlap", -EBADMSG, "out of order");
-	copy_dump("good", "parent");
-	edit_pagemap("parent", t.pid, 1, e_parent);
-	expect_refused("parent", -EOPNOTSUPP, "incremental");
-	copy_dump("good", "flags");
-	edit_pagemap("flags", t.pid, 1, e_flags);
-	expect_refused("flags", -EBADMSG, "flags");
-	copy_dump("good", "outside");
-	edit_pagemap("outside", t.pid, LAST_ENTRY, e_outside);
-	expect_refused("outside", -EBADMSG, "not in a private anonymous VMA");
-
-	/* Not a CRIU image at all. */
-	copy_dump("good", "magic");
-	snprintf(p, sizeof(p), "%s/pstree.img", h_path("magic"));
-	fd = open(p, O_WRONLY);
-	cr_assert_eq(pwrite(fd, "FAUL", 4, 0), 4);
-	close(fd);
-	expect_refused("magic", -EBADMSG, "pstree.img: not a CRIU image");
+	for (size_t i = 0; i < sizeof(damages) / sizeof(damages[0]); i++) {
+		damage_make(&damages[i], t.pid, says, sizeof(says));
+		expect_refused(damages[i].name, damages[i].err, says);
+	}
 }
 
 /* ---- the baseline: criu lazy-pages serving criu restore --lazy-pages ---- */
@@ -1055,30 +1129,17 @@ static void faultd_refuses(const char *d, const char *words)
 
 Test(criu, faultd_bad_images)
 {
-	char p[256];
 	struct h_task t;
-	int fd;
+	char says[64];
 
 	h_workload(&t, NULL, 4, 57, "basic");
 	h_dump(&t, NULL, "good");
-
-	copy_dump("good", "short");
-	snprintf(p, sizeof(p), "%s/pages-1.img", h_path("short"));
-	fd = open(p, O_WRONLY);
-	cr_assert(fd >= 0);
-	cr_assert_eq(ftruncate(fd, lseek(fd, 0, SEEK_END) - 4096), 0);
-	close(fd);
-	faultd_refuses("short", "pages-1.img: truncated");
-
-	copy_dump("good", "entry");
-	edit_pagemap("entry", t.pid, 2, e_unaligned);
-	faultd_refuses("entry", "unaligned");
-
-	copy_dump("good", "nomm");
-	snprintf(p, sizeof(p), "%s/mm-%d.img", h_path("nomm"), (int)t.pid);
-	cr_assert_eq(unlink(p), 0);
-	snprintf(p, sizeof(p), "mm-%d.img", (int)t.pid);
-	faultd_refuses("nomm", p);
+	for (size_t i = 0; i < sizeof(damages) / sizeof(damages[0]); i++) {
+		if (!damages[i].daemon)
+			continue;
+		damage_make(&damages[i], t.pid, says, sizeof(says));
+		faultd_refuses(damages[i].name, says);
+	}
 	/* The workload was never restored: it is not running. */
 	cr_assert_eq(kill(t.pid, 0), -1);
 }
