@@ -739,9 +739,13 @@ static void poison_page_locked(struct space *sp, const struct plan *pl,
 	     (unsigned long long)pl->page,
 	     (unsigned long long)(pl->src + (pl->page - pl->start)),
 	     strerror(-err));
+	/* Counted before the ioctl that wakes the thread, whose SIGBUS may
+	 * end its process - and the session's report - at once; taken back
+	 * if the poison did not go in. */
+	atomic_fetch_add(&sp->st.poisoned, 1);
 	install_range(&q, &res);
-	if (res.done)
-		atomic_fetch_add(&sp->st.poisoned, 1);
+	if (!res.done)
+		atomic_fetch_sub(&sp->st.poisoned, 1);
 	if (res.end != UFFD_AGAIN &&
 	    seg_bit(sp, pl->src + (pl->page - pl->start), &bit))
 		page_done(sp, bit);
