@@ -293,7 +293,7 @@ static void *push_main(void *arg)
 		}
 		take_hint(p);
 		push_step(p, &idle);
-		if (idle > s->nr_spaces) { /* a whole pass found nothing */
+		if (idle > atomic_load(&s->nr_spaces)) { /* a whole pass found nothing */
 			idle = 0;
 			push_wait(s, IDLE_MS);
 		}

@@ -21,7 +21,8 @@ static void *adopted_main(void *arg)
 {
 	struct session *s = arg;
 
-	dlog(1, "%s: adopted, %u spaces", s->o.name, s->nr_spaces);
+	dlog(1, "%s: adopted, %u spaces", s->o.name,
+	     atomic_load(&s->nr_spaces));
 	session_run(s);
 	dlog(1, "%s ends", s->o.name);
 	session_free(s);

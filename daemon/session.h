@@ -201,7 +201,7 @@ struct session {
 
 	pthread_rwlock_t spaces_lock;
 	struct space *spaces;
-	unsigned int nr_spaces;
+	atomic_uint nr_spaces;
 	struct source **srcs;	/* owned; freed with the session */
 	size_t nr_srcs;
 	int epfd;		/* the handlers wait on every space's uffd */
