@@ -879,6 +879,7 @@ static void poisoned_client(void *arg)
 	struct faultd_stats st = { .size = sizeof(st) };
 	struct faultd_ctx *ctx;
 	struct faultd_region *r;
+	uint64_t end;
 	char *base;
 
 	if (faultd_ctx_create(&co, &ctx) || faultd_restore(ctx, img, &o, &r))
@@ -893,6 +894,11 @@ static void poisoned_client(void *arg)
 	faultd_region_stats(r, &st);
 	if (st.poisoned != IMG_BLOCK / 4096)
 		_exit(13);
+	/* The line comes with the daemon's PROGRESS, on the watcher thread:
+	 * waited for (a deadline, not a sleep), then it must be the only one. */
+	end = test_now_ns() + 10000000000ull;
+	while (!atomic_load(&poison_lines) && test_now_ns() < end)
+		sched_yield();
 	if (atomic_load(&poison_lines) != 1)
 		_exit(14);
 	(void)*(volatile char *)(base + IMG_BLOCK); /* SIGBUS */
