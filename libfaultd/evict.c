@@ -301,12 +301,15 @@ static void *evictor_main(void *arg)
 	struct evict *ev = r->ev;
 
 	for (;;) {
+		bool stop;
+
 		pthread_mutex_lock(&ev->wait_lock);
 		while (!ev->kicked && !ev->stopping)
 			pthread_cond_wait(&ev->wait_cond, &ev->wait_lock);
 		ev->kicked = false;
+		stop = ev->stopping; /* read under wait_lock, as it is set */
 		pthread_mutex_unlock(&ev->wait_lock);
-		if (ev->stopping)
+		if (stop)
 			break;
 		pthread_rwlock_rdlock(&r->lock);
 		pthread_mutex_lock(&ev->lock);
