@@ -47,21 +47,6 @@ struct criu_sums {
 	uint32_t **crc;		/* per file: size / block sums */
 };
 
-static int why_fmt(char *why, size_t whylen, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int why_fmt(char *why, size_t whylen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 void criu_sums_free(struct criu_sums *s)
 {
 	if (!s)
@@ -167,10 +152,10 @@ static int sums_compute(int dfd, const uint32_t *ids, struct criu_sums *s,
 		snprintf(name, sizeof(name), "pages-%u.img", ids[i]);
 		fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 || fstat(fd, &st)) {
-			err = why_fmt(why, whylen, -errno, "%s: %s", name,
+			err = criu_why(why, whylen, -errno, "%s: %s", name,
 				      strerror(errno));
 		} else if (st.st_size % CRIU_SUM_BLOCK) {
-			err = why_fmt(why, whylen, -EBADMSG, "%s: %lld bytes, "
+			err = criu_why(why, whylen, -EBADMSG, "%s: %lld bytes, "
 				      "not whole pages", name,
 				      (long long)st.st_size);
 		} else {
@@ -182,7 +167,7 @@ static int sums_compute(int dfd, const uint32_t *ids, struct criu_sums *s,
 						   buf)
 					: -ENOMEM;
 			if (err)
-				why_fmt(why, whylen, err, "%s: %s", name,
+				criu_why(why, whylen, err, "%s: %s", name,
 					strerror(-err));
 		}
 		if (fd >= 0)
@@ -239,11 +224,11 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd, err;
 
 	if (dfd < 0)
-		return why_fmt(why, whylen, -errno, "%s: %s", dir,
+		return criu_why(why, whylen, -errno, "%s: %s", dir,
 			       strerror(errno));
 	err = list_pages(fcntl(dfd, F_DUPFD_CLOEXEC, 0), &ids, &nr);
 	if (!err && !nr)
-		err = why_fmt(why, whylen, -ENOENT, "%s: no pages-N.img", dir);
+		err = criu_why(why, whylen, -ENOENT, "%s: no pages-N.img", dir);
 	if (!err && !(s = sums_alloc(nr)))
 		err = -ENOMEM;
 	if (!err)
@@ -254,7 +239,7 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 		err = -ENAMETOOLONG;
 	fd = err ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (!err && fd < 0)
-		err = why_fmt(why, whylen, -errno, "%s: %s", tmp,
+		err = criu_why(why, whylen, -errno, "%s: %s", tmp,
 			      strerror(errno));
 	if (!err && !(err = sums_emit(fd, s)) && fsync(fd))
 		err = -errno;
@@ -265,7 +250,7 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 	if (err && fd >= 0)
 		unlink(tmp);
 	if (err && why && !why[0])
-		why_fmt(why, whylen, err, "%s: %s", file, strerror(-err));
+		criu_why(why, whylen, err, "%s: %s", file, strerror(-err));
 	criu_sums_free(s);
 	return err;
 }
@@ -326,7 +311,7 @@ int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
 	int fd = open(file, O_RDONLY | O_CLOEXEC), err;
 
 	if (fd < 0)
-		return why_fmt(why, whylen, -errno, "%s: %s", file,
+		return criu_why(why, whylen, -errno, "%s: %s", file,
 			       strerror(errno));
 	err = fstat(fd, &st) ? -errno : read_exact(fd, &h, sizeof(h));
 	if (!err && (memcmp(h.magic, SUM_MAGIC, sizeof(h.magic)) ||
@@ -340,7 +325,7 @@ int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
 	close(fd);
 	if (err) {
 		criu_sums_free(s);
-		return why_fmt(why, whylen, err, "%s: %s", file,
+		return criu_why(why, whylen, err, "%s: %s", file,
 			       err == -EBADMSG ? "not a sidecar of faultd "
 					       "lazy-pages --sum, or corrupt"
 					       : strerror(-err));
