@@ -206,3 +206,17 @@ void bench_daemon_stop(struct bench_daemon *d)
 	if (d->pid > 0)
 		kill(d->pid, SIGTERM);
 }
+
+/* bench_tmp_file() - a new empty file in /var/tmp named after @what,
+ * its name into @path (64 bytes, mode 0600). Returns 0 or -errno. */
+int bench_tmp_file(char *path, const char *what)
+{
+	int fd;
+
+	snprintf(path, 64, "/var/tmp/faultd-bench-%s-XXXXXX", what);
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}

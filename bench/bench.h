@@ -170,6 +170,7 @@ struct bench_daemon {
 
 int bench_daemon_start(struct bench_daemon *d, const char *tag);
 void bench_daemon_stop(struct bench_daemon *d);
+int bench_tmp_file(char *path, const char *what);
 double bench_now(void);
 
 /* A thread's latency record: a histogram, summed into a sample later. */

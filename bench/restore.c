@@ -63,24 +63,11 @@ static void image_remove(void)
 	bench_daemon_stop(&daemon_);
 }
 
-/* A new file in /var/tmp named after @what into @path (mode 0600). */
-static int tmp_file(char *path, const char *what)
-{
-	int fd;
-
-	snprintf(path, 64, "/var/tmp/faultd-bench-%s-XXXXXX", what);
-	fd = mkstemp(path);
-	if (fd < 0)
-		return -errno;
-	close(fd);
-	return 0;
-}
-
 /* The key of the authenticated image: 32 random bytes. */
 static int key_make(void)
 {
 	unsigned char k[32];
-	int fd, ret = tmp_file(key, "key");
+	int fd, ret = bench_tmp_file(key, "key");
 
 	if (ret)
 		return ret;
@@ -96,11 +83,11 @@ static int key_make(void)
 
 static int files_make(void)
 {
-	int ret = tmp_file(image, "image");
+	int ret = bench_tmp_file(image, "image");
 
 	atexit(image_remove);
 	if (!ret)
-		ret = tmp_file(image_mac, "image-mac");
+		ret = bench_tmp_file(image_mac, "image-mac");
 	return ret ? ret : key_make();
 }
 

@@ -90,18 +90,6 @@ static void files_remove(void)
 	bench_daemon_stop(&daemon_);
 }
 
-static int tmp_file(char *path, const char *what)
-{
-	int fd;
-
-	snprintf(path, 64, "/var/tmp/faultd-bench-%s-XXXXXX", what);
-	fd = mkstemp(path);
-	if (fd < 0)
-		return -errno;
-	close(fd);
-	return 0;
-}
-
 static uint64_t xorshift(uint64_t *x)
 {
 	*x ^= *x << 13;
@@ -159,13 +147,13 @@ static int image_get(size_t len)
 	if (image_len == len)
 		return 0;
 	atexit(files_remove);
-	ret = tmp_file(image, "ws-image");
+	ret = bench_tmp_file(image, "ws-image");
 	if (!ret)
-		ret = tmp_file(rec, "ws-rec");
+		ret = bench_tmp_file(rec, "ws-rec");
 	if (!ret)
-		ret = tmp_file(merged, "ws-merged");
+		ret = bench_tmp_file(merged, "ws-merged");
 	if (!ret)
-		ret = tmp_file(scratch, "ws-scratch");
+		ret = bench_tmp_file(scratch, "ws-scratch");
 	set = calloc(len / PAGE / EVERY * 2 + 16, sizeof(*set));
 	ctx = bench_ctx(FAULTD_LOCK_REGION, 1);
 	if (ret || !set || !ctx) {
