@@ -12,6 +12,8 @@
 #ifndef FAULTD_TEST_CRIU_HARNESS_H
 #define FAULTD_TEST_CRIU_HARNESS_H
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -352,12 +354,9 @@ static inline void h_parse_layout(struct h_task *t, char *buf)
 	}
 }
 
-/*
- * Start the workload (in @ns) with @mib MiB, @seed and @mode, and wait
- * until it has written its memory and layout.
- */
-static inline void h_workload(struct h_task *t, const char *ns, size_t mib,
-			      uint64_t seed, const char *mode)
+/* Start the workload and wait until it has written its memory and layout. */
+static inline void h_workload_once(struct h_task *t, const char *ns,
+				   size_t mib, uint64_t seed, const char *mode)
 {
 	char size[32], sd[32], fd[16], buf[512];
 	char *argv[] = { getenv("FAULTD_CRIU_WORKLOAD"), "--size", size,
@@ -392,6 +391,87 @@ static inline void h_workload(struct h_task *t, const char *ns, size_t mib,
 	cr_assert(strstr(buf, "ready\n"), "workload: %s (see %s)", buf,
 		  h_path("workload.log"));
 	h_parse_layout(t, buf);
+}
+
+/*
+ * The user stack pointer of thread @tid of @pid once it waits in
+ * rt_sigtimedwait() or futex() (where the workload waits for the dump), or
+ * 0 when it is gone or does not get there in time.
+ */
+static inline unsigned long h_waiting_sp(pid_t pid, int tid)
+{
+	char p[96], line[256];
+	long nr = -1;
+	unsigned long sp = 0;
+
+	snprintf(p, sizeof(p), "/proc/%d/task/%d/syscall", (int)pid, tid);
+	for (int ms = 0; ms < H_DEADLINE_MS; ms++) {
+		FILE *f = fopen(p, "re");
+		bool got = f && fgets(line, sizeof(line), f);
+
+		if (f)
+			fclose(f);
+		if (!got)
+			return 0;
+		if (sscanf(line, "%ld %*s %*s %*s %*s %*s %*s %lx", &nr,
+			   &sp) == 2 &&
+		    (nr == SYS_rt_sigtimedwait || nr == SYS_futex))
+			return sp;
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	return 0;
+}
+
+/*
+ * Does CRIU's dump of @pid mark its pages lazy? CRIU's is_stack() takes
+ * every page for a stack page when a thread's stack pointer is page
+ * aligned ((sp ^ vaddr) & ~PAGE_MASK is the offset in the page), and then
+ * no page of the dump is lazy: `criu restore` copies all of them itself.
+ * That is 1 dump in 256 per thread, and tests of what faultd serves need
+ * lazy pages.
+ */
+static inline bool h_dump_is_lazy(pid_t pid)
+{
+	char p[64];
+	struct dirent *de;
+	bool lazy = true;
+	DIR *d;
+
+	snprintf(p, sizeof(p), "/proc/%d/task", (int)pid);
+	d = opendir(p);
+	cr_assert(d, "%s", p);
+	while (lazy && (de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			unsigned long sp = h_waiting_sp(pid, atoi(de->d_name));
+
+			cr_assert(sp, "thread %s of the workload does not "
+				  "wait (see %s)", de->d_name,
+				  h_path("workload.log"));
+			lazy = sp % WL_PAGE != 0;
+		}
+	closedir(d);
+	return lazy;
+}
+
+/*
+ * Start the workload (in @ns) with @mib MiB, @seed and @mode, and wait
+ * until it has written its memory and layout and waits for the dump, with
+ * no stack pointer that makes CRIU's dump of it eager (h_dump_is_lazy()):
+ * it is started again then, at another random stack address.
+ */
+static inline void h_workload(struct h_task *t, const char *ns, size_t mib,
+			      uint64_t seed, const char *mode)
+{
+	for (int tries = 0;; tries++) {
+		h_workload_once(t, ns, mib, seed, mode);
+		if (h_dump_is_lazy(t->pid))
+			return;
+		cr_assert(tries < 8, "the workload's stack stays page aligned");
+		kill(t->pid, SIGKILL);
+		cr_assert_neq(h_wait(t->pid, H_DEADLINE_MS), -ETIMEDOUT);
+		if (t->zombie > 0)
+			cr_assert_eq(waitpid(t->zombie, NULL, 0), t->zombie);
+	}
 }
 
 /* criu dump of @t into folder @name (created), in @ns. */
