@@ -470,7 +470,13 @@ static bool criu_peer_input(struct session *s)
  * The session's end.
  */
 
-/* Every task's pages are in: the status line, and the session ends. */
+/*
+ * Every task's pages are in: the session ends. Its entry outside the
+ * daemon goes first: a faultd killed after the status line must leave
+ * no copy of the tasks' userfaultfds held, or their next faults on pages
+ * that were never data (zeros, the kernel's to give once no userfaultfd is
+ * open) would wait for a daemon that has nothing to adopt.
+ */
 static void criu_finish(struct session *s, struct criu_fe *f)
 {
 	struct session_view v;
@@ -478,6 +484,7 @@ static void criu_finish(struct session *s, struct criu_fe *f)
 	if (f->finished)
 		return;
 	f->finished = true;
+	session_unpersist(s);
 	session_view(s, &v);
 	if (v.poisoned)
 		f->failed = true;

@@ -429,12 +429,17 @@ int session_persist(struct session *s)
 	return ret;
 }
 
-/* session_unpersist() - the session ended for good: its entry goes. */
+/*
+ * session_unpersist() - the session ended for good: its entry goes (once;
+ * a second call does nothing). The keeper reads the drop even when the
+ * daemon dies right after sending it, so a session that is dropped before
+ * it says it ended leaves nothing held when the daemon is killed after.
+ */
 void session_unpersist(struct session *s)
 {
 	char name[KEEP_NAME_MAX];
 
-	if (!daemon_keep || !s->kind)
+	if (!daemon_keep || !s->kind || atomic_exchange(&s->unkept, true))
 		return;
 	snprintf(name, sizeof(name), "s%llu", (unsigned long long)s->id);
 	pthread_mutex_lock(&keep_lock);

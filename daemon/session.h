@@ -194,6 +194,7 @@ struct session {
 	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
 	int record_fd;		/* its record (persist.c); -1: none yet */
 	atomic_bool kept;	/* its entry has been put */
+	atomic_bool unkept;	/* ... and dropped: the session ended */
 	int peer_fd;		/* polled for the front end; -1: none */
 	uid_t uid;		/* the peer's, for faultctl */
 	pid_t pid;		/* the peer's */
