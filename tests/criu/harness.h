@@ -45,7 +45,7 @@ struct h_task {
 };
 
 /* The scratch folder of the running test. */
-static char h_dir[64];
+static char h_dir[128];
 
 static inline const char *h_path(const char *name)
 {
@@ -66,8 +66,13 @@ static inline int h_rm_one(const char *p, const struct stat *st, int flag,
 
 static inline void h_setup(void)
 {
-	snprintf(h_dir, sizeof(h_dir), "/tmp/faultd-criu-XXXXXX");
-	cr_assert(mkdtemp(h_dir), "mkdtemp");
+	const char *tmp = getenv("TMPDIR");
+
+	/* Short: socket paths inside it must fit sun_path (108 bytes). */
+	if (!tmp || !*tmp || strlen(tmp) > 40)
+		tmp = "/tmp";
+	snprintf(h_dir, sizeof(h_dir), "%s/faultd-criu-XXXXXX", tmp);
+	cr_assert(mkdtemp(h_dir), "mkdtemp %s", h_dir);
 	cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 	cr_assert(getenv("CRIU"), "CRIU not set (run through meson test)");
 	cr_assert(getenv("FAULTD_CRIU_WORKLOAD"), "FAULTD_CRIU_WORKLOAD not set");
