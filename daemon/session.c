@@ -291,12 +291,20 @@ void session_settle(struct session *s)
  */
 void session_peer_done(struct session *s)
 {
-	if (s->peer_fd < 0)
-		return;
-	epoll_ctl(s->ctl_epfd, EPOLL_CTL_DEL, s->peer_fd, NULL);
-	if (s->close_peer)
-		close(s->peer_fd);
+	int fd;
+
+	/* Taken out under spaces_lock, which a put of the entry holds (a
+	 * fork's, from a handler thread): none can then send the number
+	 * once it is closed, and perhaps another file's. */
+	pthread_rwlock_wrlock(&s->spaces_lock);
+	fd = s->peer_fd;
 	s->peer_fd = -1;
+	pthread_rwlock_unlock(&s->spaces_lock);
+	if (fd < 0)
+		return;
+	epoll_ctl(s->ctl_epfd, EPOLL_CTL_DEL, fd, NULL);
+	if (s->close_peer)
+		close(fd);
 	session_persist(s);
 }
 

@@ -195,7 +195,8 @@ struct session {
 	int record_fd;		/* its record (persist.c); -1: none yet */
 	atomic_bool kept;	/* its entry has been put */
 	atomic_bool unkept;	/* ... and dropped: the session ended */
-	int peer_fd;		/* polled for the front end; -1: none */
+	int peer_fd;		/* polled for the front end; -1: none;
+				   cleared under spaces_lock (write) */
 	uid_t uid;		/* the peer's, for faultctl */
 	pid_t pid;		/* the peer's */
 	uint64_t started_ns;
