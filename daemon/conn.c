@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 
 #include "daemon.h"
+#include "front_criu.h"
 
 #define REFUSING_MAX 64
 #define BACKOFF_MS 100
@@ -410,11 +411,15 @@ static void conn_input(struct loop *l, struct conn *c)
 	}
 	if (h->type == MSG_STATUS)
 		fdp_status(c->sock, c->peer.uid);
+	else if (h->type == MSG_LAZY_PAGES && !dopts.status_only)
+		lazy_daemon_asked(c->sock, &c->peer, (const void *)h);
 	else
 		proto_error_send(c->sock, -EPROTO, h->type == MSG_REGISTER
 			? "REGISTER needs its descriptors: uffd, image, and "
 			  "the working-set files its flags name"
-			: "expected REGISTER or STATUS");
+			: h->type == MSG_LAZY_PAGES
+			? "this socket answers STATUS only (faultd lazy-pages)"
+			: "expected REGISTER, STATUS or LAZY_PAGES");
 	conn_close(l, c, false);
 }
 

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * faultctl.c - ask the faultd daemon how it is doing.
+ * faultctl.c - ask the faultd daemon how it is doing, or to serve a CRIU
+ * restore.
  *
  *   faultctl [--socket PATH] status [--json]    one report
  *   faultctl [--socket PATH] watch              a live view, every 200 ms,
  *                                               until no session is left
+ *   faultctl [--socket PATH] lazy-pages -D DIR [-W WORKDIR]
+ *                                               the daemon serves the next
+ *                                               criu restore --lazy-pages
+ *                                               of DIR (lazy_daemon.c)
  *
  * For each session: the client's pid, pages in / total (urgent: filled
  * for faults; background: pushed), faults, and fault latency p50/p99
@@ -26,15 +31,14 @@
 
 static const char *sock_path;
 
-/* One STATUS exchange into @st (PROTO_MAX_MSG bytes). 0 or -errno. */
-static int status_get(struct proto_status *st)
+/* One exchange with the daemon: @req, its answer into @reply (@max). */
+static ssize_t daemon_call(const void *req, void *reply, size_t max)
 {
-	struct proto_hdr req;
 	struct proto_hello hello;
 	static char def[108];
 	const char *why;
 	ssize_t n;
-	int s, ret;
+	int s;
 
 	if (!sock_path && !(sock_path = proto_default_socket(def, sizeof(def))))
 		return -ENAMETOOLONG;
@@ -43,13 +47,79 @@ static int status_get(struct proto_status *st)
 		fprintf(stderr, "faultctl: %s: %s\n", sock_path, why);
 	if (s < 0)
 		return s;
-	ret = proto_hello(s, 0, &hello);
-	proto_init(&req, MSG_STATUS, sizeof(req));
-	n = ret ? ret : proto_call(s, &req, NULL, 0, st, PROTO_MAX_MSG);
+	n = proto_hello(s, 0, &hello);
+	if (!n)
+		n = proto_call(s, req, NULL, 0, reply, max);
 	close(s);
+	return n;
+}
+
+/* One STATUS exchange into @st (PROTO_MAX_MSG bytes). 0 or -errno. */
+static int status_get(struct proto_status *st)
+{
+	struct proto_hdr req;
+	ssize_t n;
+
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	n = daemon_call(&req, st, PROTO_MAX_MSG);
 	if (n < 0)
 		return (int)n;
 	return st->h.type == MSG_STATUS ? 0 : -EPROTO;
+}
+
+/* The absolute form of @path into @out (@len bytes), or -errno (said). */
+static int abs_path(const char *path, char *out, size_t len)
+{
+	char *p = realpath(path, NULL);
+	int ret = p ? 0 : -errno;
+
+	if (p && strlen(p) >= len)
+		ret = -ENAMETOOLONG;
+	if (!ret)
+		strcpy(out, p);
+	else
+		fprintf(stderr, "faultctl: %s: %s\n", path, strerror(-ret));
+	free(p);
+	return ret;
+}
+
+/*
+ * lazy-pages: the daemon serves the next criu restore of the dump in
+ * @dir on WORKDIR/lazy-pages.socket (@workdir, or @dir). @buf: room for
+ * the answer (PROTO_MAX_MSG).
+ */
+static int lazy_pages(const char *dir, const char *workdir, void *buf)
+{
+	struct proto_lazy_pages *m = calloc(1, sizeof(*m));
+	const struct proto_error *e = buf;
+	const struct proto_ack *a = buf;
+	ssize_t n = m ? 0 : -ENOMEM;
+	bool said = false; /* a path's failure, told already */
+
+	if (m)
+		n = abs_path(dir, m->dir, sizeof(m->dir));
+	if (!n && workdir)
+		n = abs_path(workdir, m->workdir, sizeof(m->workdir));
+	said = m && n;
+	if (!n) {
+		proto_init(&m->h, MSG_LAZY_PAGES, sizeof(*m));
+		n = daemon_call(m, buf, PROTO_MAX_MSG);
+	}
+	if (n > 0 && a->h.type == MSG_ACK)
+		printf("faultctl: the daemon serves the restore of %s on "
+		       "%s/lazy-pages.socket (%llu lazy pages)\n", m->dir,
+		       m->workdir[0] ? m->workdir : m->dir,
+		       (unsigned long long)a->pages_total);
+	else if (n > 0 && e->h.type == MSG_ERROR)
+		fprintf(stderr, "faultctl: lazy-pages: %s\n", e->msg);
+	else if (n < 0 && !said)
+		fprintf(stderr, "faultctl: lazy-pages: %s\n",
+			strerror((int)-n));
+	if (n > 0)
+		n = a->h.type == MSG_ACK ? 0
+		    : e->h.type == MSG_ERROR ? e->err : -EPROTO;
+	free(m);
+	return (int)n;
 }
 
 static double pct(const struct proto_session *s)
@@ -154,7 +224,9 @@ static int watch(struct proto_status *st)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: faultctl [--socket PATH] status [--json]\n"
-		   "       faultctl [--socket PATH] watch\n");
+		   "       faultctl [--socket PATH] watch\n"
+		   "       faultctl [--socket PATH] lazy-pages -D DIR "
+		   "[-W WORKDIR]\n");
 }
 
 int main(int argc, char **argv)
@@ -162,17 +234,23 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "images-dir", required_argument, NULL, 'D' },
+		{ "work-dir", required_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
+	const char *dir = NULL, *workdir = NULL;
 	bool json = false;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "s:jh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:jhD:W:", longopts, NULL)) !=
+	       -1) {
 		switch (c) {
 		case 's': sock_path = optarg; break;
 		case 'j': json = true; break;
+		case 'D': dir = optarg; break;
+		case 'W': workdir = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -181,7 +259,13 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!strcmp(argv[optind], "watch")) {
+	if (!strcmp(argv[optind], "lazy-pages") != !!dir || (workdir && !dir)) {
+		usage(stderr);
+		return 2;
+	}
+	if (dir) {
+		ret = lazy_pages(dir, workdir, st);
+	} else if (!strcmp(argv[optind], "watch")) {
 		ret = watch(st);
 	} else if (!strcmp(argv[optind], "status")) {
 		ret = status_get(st);
@@ -193,7 +277,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (ret < 0)
+	if (ret < 0 && !dir)
 		fprintf(stderr, "faultctl: %s\n", strerror(-ret));
 	free(st);
 	return ret < 0 ? 1 : 0;

@@ -285,6 +285,7 @@ static int keep_begin(void)
 	if (dopts.no_keeper)
 		return -1;
 	fe_kind_register(&fdp_kind);
+	criu_front_init(NULL); /* restores asked for with faultctl */
 	return restart_begin(&ko);
 }
 
@@ -372,6 +373,7 @@ int main(int argc, char **argv)
 	if (ret < 0)
 		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
 	dlog(1, "stopping");
+	lazy_daemon_stop();
 	sessions_stop_all();
 	if (restart_end() && own)
 		unlink(dopts.socket);

@@ -50,8 +50,8 @@
 #include "front_criu.h"
 
 #define RSTF 0x52535446u	/* "ReSTore Finished" (CRIU's uffd.c) */
-#define BLOB_VERSION 1
-#define TASKS_MAX 1800		/* as fits the record's blob */
+#define BLOB_VERSION 2	/* 2: the dump's folder */
+#define TASKS_MAX 1700		/* as fits the record's blob */
 #define ANCESTORS_MAX 64
 
 struct criu_fe {
@@ -71,12 +71,15 @@ struct criu_blob {
 	uint32_t rstf;
 	uint32_t zombies;
 	uint32_t nr_pids;
+	char dir[sizeof(((struct lazy_pages *)0)->dir)]; /* the dump's */
 	int32_t pid[TASKS_MAX];
 };
 
 _Static_assert(sizeof(struct criu_blob) <= 8192, "fits the record");
 
-static struct lazy_pages *lp_ctx;	/* the command's, for adopt() */
+/* The command's, for adopt(); NULL in the daemon, which opens the dump a
+ * kept session names (lazy_daemon.c). */
+static struct lazy_pages *lp_ctx;
 
 /* ------------------------------------------------------------------------
  * Sources.
@@ -554,6 +557,7 @@ static size_t criu_save(struct session *s, void *blob, size_t max)
 	b->rstf = f->rstf;
 	b->zombies = f->zombies;
 	b->nr_pids = f->nr_pids;
+	memcpy(b->dir, f->lp->dir, sizeof(b->dir));
 	memcpy(b->pid, f->pid, f->nr_pids * sizeof(b->pid[0]));
 	return len;
 }
@@ -608,13 +612,36 @@ static int adopt_sources(struct session *s, struct criu_fe *f)
 	return 0;
 }
 
-/* A session a faultd lazy-pages before this one served. */
+/*
+ * What the adopted session is served from: the command's dump, or (in
+ * the daemon) the dump the blob names, opened again for this session.
+ */
+static int adopt_lp(struct session *s, const struct criu_blob *b,
+		    struct lazy_pages **lpp)
+{
+	char why[512];
+	int ret;
+
+	if (lp_ctx) {
+		*lpp = lp_ctx;
+		return 0;
+	}
+	if (!memchr(b->dir, '\0', sizeof(b->dir)))
+		return -EBADMSG;
+	ret = lazy_daemon_open(b->dir, lpp, why, sizeof(why));
+	if (ret)
+		dlog(0, "%s: %s", s->o.name, why);
+	return ret;
+}
+
+/* A session a faultd lazy-pages (or daemon) before this one served. */
 static int criu_adopt(struct session *s, const void *blob, size_t len,
 		      int peer, int *srcfds, size_t nr_srcs)
 {
 	struct criu_blob *b = calloc(1, sizeof(*b));
-	struct criu_fe *f = lp_ctx ? fe_new(lp_ctx, peer) : NULL;
-	int ret = b && f ? 0 : -ENOMEM;
+	struct lazy_pages *lp = NULL;
+	struct criu_fe *f = NULL;
+	int ret = b ? 0 : -ENOMEM;
 
 	if (b)
 		memcpy(b, blob, len < sizeof(*b) ? len : sizeof(*b));
@@ -624,6 +651,13 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 	if (!ret && (b->version != BLOB_VERSION || b->nr_pids != nr_srcs ||
 		     b->nr_pids > TASKS_MAX || (!b->rstf && peer < 0)))
 		ret = -EBADMSG;
+	if (!ret)
+		ret = adopt_lp(s, b, &lp);
+	if (!ret && !(f = fe_new(lp, peer))) {
+		if (lp->one_restore)
+			lazy_daemon_free(lp);
+		ret = -ENOMEM;
+	}
 	if (!ret) {
 		f->rstf = b->rstf;
 		f->zombies = b->zombies;
@@ -635,6 +669,8 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 	if (ret) {
 		if (peer >= 0)
 			close(peer);
+		if (f && f->lp->one_restore)
+			lazy_daemon_free(f->lp);
 		free(f);
 		return ret;
 	}

@@ -15,10 +15,18 @@
 
 struct criu_dump;
 struct criu_ps;
+struct peer;
+struct proto_lazy_pages;
+struct ucred;
 struct criu_sums;
 
-/* What the command serves restores from; shared by its sessions. */
+/*
+ * What restores are served from: the command's (shared by its sessions),
+ * or one restore's that the daemon serves (lazy_daemon.c), which its one
+ * session frees when it ends (lazy_pages_ended()).
+ */
 struct lazy_pages {
+	char dir[1024];		/* -D, absolute: kept for a restart */
 	struct criu_dump *dump;	/* -D, opened and checked at the start */
 	struct criu_ps *ps;	/* --page-server: the data from there */
 	struct criu_sums *sums;	/* --verify: every page checked */
@@ -26,7 +34,8 @@ struct lazy_pages {
 	const char *wset;	/* --working-set, checked; NULL: none */
 	const char *record;	/* --record-working-set; NULL: none */
 	unsigned int handlers;	/* --handlers (0: the engine's) */
-	int done_fd;		/* eventfd: a session ended */
+	int done_fd;		/* eventfd: a session ended; -1: none */
+	bool one_restore;	/* the daemon's: freed as its session ends */
 	atomic_uint live;	/* sessions started and not freed */
 	atomic_uint ok;		/* sessions that ended all in */
 	atomic_uint failed;	/* sessions that did not */
@@ -36,6 +45,17 @@ struct lazy_pages {
 int lazy_pages_main(int argc, char **argv);
 void lazy_pages_started(struct lazy_pages *lp);
 void lazy_pages_ended(struct lazy_pages *lp, bool ok);
+int lazy_pages_listen(const char *path, int type);
+int lazy_pages_peer_ok(int c, struct ucred *cr);
+bool lazy_pages_probe(int c);
+
+/* lazy_daemon.c - the daemon's restores, asked for with faultctl */
+int lazy_daemon_open(const char *dir, struct lazy_pages **lpp, char *why,
+		     size_t why_len);
+void lazy_daemon_free(struct lazy_pages *lp);
+void lazy_daemon_asked(int sock, const struct peer *peer,
+		       const struct proto_lazy_pages *m);
+void lazy_daemon_stop(void);
 
 /* front_criu.c */
 extern const struct fe_kind criu_kind;

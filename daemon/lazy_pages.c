@@ -69,13 +69,17 @@ void lazy_pages_started(struct lazy_pages *l)
 	atomic_fetch_add(&l->live, 1);
 }
 
+/* A session of @l ended; one of the daemon's restores is freed with it. */
 void lazy_pages_ended(struct lazy_pages *l, bool ok)
 {
 	uint64_t one = 1;
 
 	atomic_fetch_add(ok ? &l->ok : &l->failed, 1);
 	atomic_fetch_sub(&l->live, 1);
-	(void)!write(l->done_fd, &one, sizeof(one));
+	if (l->one_restore)
+		lazy_daemon_free(l);
+	else
+		(void)!write(l->done_fd, &one, sizeof(one));
 }
 
 static void usage(FILE *f)
@@ -212,6 +216,10 @@ static int open_sources(const struct lp_opts *o)
 	char why[512];
 	int ret = criu_dump_open(o->dir, &lp.dump, why, sizeof(why));
 
+	if (!ret && !realpath(o->dir, lp.dir))
+		ret = criu_why(why, sizeof(why), -errno, "%s: %s", o->dir,
+			       strerror(errno));
+
 	if (!ret && o->verify) {
 		ret = criu_sums_load(o->verify, &lp.sums, why, sizeof(why));
 		if (!ret)
@@ -285,14 +293,14 @@ static int path_free(const char *path, int type)
 
 /*
  * A socket of @type listening at @path, 0600 from its bind on: the file
- * takes the socket's mode less the umask, and the path is never touched
- * after (a chmod would follow whatever was put there meanwhile). No other
- * thread runs yet to see the umask.
+ * takes the socket's mode (fchmod() before bind) less the umask, and the
+ * path is never touched after (a chmod would follow whatever was put
+ * there meanwhile). The umask is left alone: the daemon's other threads
+ * may be creating files.
  */
-static int listen_at(const char *path, int type)
+int lazy_pages_listen(const char *path, int type)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	mode_t mask;
 	int s, ret;
 
 	if (strlen(path) >= sizeof(a.sun_path))
@@ -304,10 +312,8 @@ static int listen_at(const char *path, int type)
 	s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
-	mask = umask(0177);
 	ret = fchmod(s, 0600) || bind(s, (struct sockaddr *)&a, sizeof(a)) ||
 	      listen(s, 16) ? -errno : 0;
-	umask(mask);
 	if (ret) {
 		close(s);
 		return ret;
@@ -316,7 +322,7 @@ static int listen_at(const char *path, int type)
 }
 
 /* Is the process at the other end root or of our own user? */
-static int peer_ok(int c, struct ucred *cr)
+int lazy_pages_peer_ok(int c, struct ucred *cr)
 {
 	socklen_t len = sizeof(*cr);
 	struct timeval tv = { .tv_sec = PEER_TIMEOUT_S };
@@ -332,6 +338,23 @@ static int peer_ok(int c, struct ucred *cr)
 	}
 	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return 0;
+}
+
+/*
+ * lazy_pages_probe() - did connection @c close without a byte? Then it
+ * was no criu restore but a look whether somebody listens (path_free() of
+ * another faultd): the socket stays for the restore. criu restore sends
+ * its first task's pid soon after it connects; one that sends nothing for
+ * PEER_TIMEOUT_S is taken as the restore (its session times it out).
+ */
+bool lazy_pages_probe(int c)
+{
+	struct pollfd p = { .fd = c, .events = POLLIN | POLLRDHUP };
+	char b;
+
+	if (poll(&p, 1, PEER_TIMEOUT_S * 1000) != 1)
+		return false;
+	return recv(c, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 /*
@@ -369,7 +392,7 @@ static int accept_criu(int ls, int sfd, struct ucred *cr)
 			continue;
 		if (c < 0)
 			return -errno;
-		if (!peer_ok(c, cr))
+		if (!lazy_pages_peer_ok(c, cr) && !lazy_pages_probe(c))
 			return c;
 		close(c);
 	}
@@ -413,7 +436,7 @@ static void *ctl_main(void *arg)
 /* faultctl's STATUS on PATH.ctl (a failure is logged, not fatal). */
 static void ctl_start(struct ctl *c, const char *path)
 {
-	c->ls = listen_at(path, SOCK_SEQPACKET);
+	c->ls = lazy_pages_listen(path, SOCK_SEQPACKET);
 	c->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (c->ls < 0 || c->stop_fd < 0) {
 		dlog(0, "%s: %s: no status for faultctl", path,
@@ -528,7 +551,7 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 {
 	struct serve_arg *a = calloc(1, sizeof(*a));
 	pthread_t t;
-	int ls = a ? listen_at(path, SOCK_STREAM) : -ENOMEM;
+	int ls = a ? lazy_pages_listen(path, SOCK_STREAM) : -ENOMEM;
 
 	if (ls < 0) {
 		fprintf(stderr, "faultd lazy-pages: %s: %s\n", path,

@@ -153,6 +153,8 @@ static size_t expected_len(const void *buf, size_t n)
 		if (n < sizeof(*st) || st->nr_sessions > PROTO_MAX_SESSIONS)
 			return 0;
 		return sizeof(*st) + st->nr_sessions * sizeof(st->s[0]);
+	case MSG_LAZY_PAGES:
+		return sizeof(struct proto_lazy_pages);
 	default:
 		return 0;
 	}

@@ -55,6 +55,7 @@ enum proto_type {
 	MSG_PROGRESS,	/* daemon: struct proto_progress */
 	MSG_DONE,	/* daemon: struct proto_progress; every page is in */
 	MSG_STATUS,	/* faultctl: header only; daemon: struct proto_status */
+	MSG_LAZY_PAGES,	/* faultctl: struct proto_lazy_pages; daemon: ACK */
 	MSG_TYPE_MAX,
 };
 
@@ -162,6 +163,22 @@ struct proto_session {
 	uint64_t all_in_ms;	/* every page in, from its start; 0: not yet */
 	uint32_t kept;		/* kept outside the daemon: a restart adopts it */
 	uint32_t reserved;
+};
+
+/*
+ * LAZY_PAGES: serve the next `criu restore --lazy-pages` of the CRIU dump
+ * in @dir, listening on @workdir/lazy-pages.socket, as `faultd lazy-pages
+ * -D DIR -W WORKDIR` would. Absolute paths, NUL-terminated. Root or the
+ * daemon's own user only. ACK once the socket listens (session 0,
+ * pages_total: the dump's lazy pages).
+ */
+#define PROTO_PATH_MAX 1024
+struct proto_lazy_pages {
+	struct proto_hdr h;
+	uint32_t flags;		/* none yet: 0 */
+	uint32_t reserved;
+	char dir[PROTO_PATH_MAX];
+	char workdir[PROTO_PATH_MAX];
 };
 
 #define PROTO_MAX_SESSIONS                                                     \

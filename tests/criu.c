@@ -1349,6 +1349,181 @@ Test(criu, faultd_kill_restart)
 		kill_once(&t, i % 10, i % 2);
 }
 
+/* ---- one long-running daemon, restores asked for with faultctl ---- */
+
+/* STATUS of the daemon on @sock: its sessions, or -1 if it does not answer. */
+static int daemon_sessions(const char *sock)
+{
+	static char buf[PROTO_MAX_MSG];
+	struct proto_status *st = (void *)buf;
+	struct proto_hello hello;
+	struct proto_hdr req;
+	ssize_t n;
+	int s = proto_connect(sock);
+
+	if (s < 0)
+		return -1;
+	proto_init(&req, MSG_STATUS, sizeof(req));
+	n = proto_hello(s, 0, &hello);
+	if (!n)
+		n = proto_call(s, &req, NULL, 0, st, sizeof(buf));
+	close(s);
+	return n > 0 && st->h.type == MSG_STATUS ? (int)st->nr_sessions : -1;
+}
+
+static bool exited(pid_t pid)
+{
+	int st;
+
+	return waitpid(pid, &st, WNOHANG) == pid;
+}
+
+/* The daemon ($FAULTD, no subcommand) on h_path("fd.sock"), answering. */
+static pid_t daemon_start(void)
+{
+	static char line[256];
+	uint64_t end = h_now_ns() + H_DEADLINE_MS * 1000000ull;
+	pid_t pid;
+
+	snprintf(line, sizeof(line), "--socket %s -v", h_path("fd.sock"));
+	pid = h_spawn(NULL, h_path("daemon.out"), -1,
+		      h_words(getenv("FAULTD"), line));
+	while (daemon_sessions(h_path("fd.sock")) < 0) {
+		cr_assert(h_now_ns() < end && !exited(pid),
+			  "the daemon does not answer (see %s)",
+			  h_path("daemon.out"));
+		usleep(1000);
+	}
+	return pid;
+}
+
+/* faultctl lazy-pages -D @d (a folder of the scratch one); exit code. */
+static int faultctl_lazy(const char *d)
+{
+	static char line[512];
+
+	cr_assert(getenv("FAULTCTL"), "FAULTCTL not set (run through meson)");
+	snprintf(line, sizeof(line), "--socket %s lazy-pages -D %s",
+		 h_path("fd.sock"), h_path(d));
+	return h_run(NULL, h_path("faultctl.out"),
+		     h_words(getenv("FAULTCTL"), line));
+}
+
+/* Does @file of the scratch folder hold @words? */
+static bool file_says(const char *file, const char *words)
+{
+	static char buf[65536];
+	int fd = open(h_path(file), O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return strstr(buf, words) != NULL;
+}
+
+/* Tell @t to go; its exit must be 0 (every byte right). */
+static void go_and_wait(const struct h_task *t)
+{
+	int st;
+
+	cr_assert_eq(kill(t->pid, SIGUSR1), 0);
+	st = h_wait(t->pid, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "workload %d: status %#x (see %s)", (int)t->pid, st,
+		  h_path("result"));
+}
+
+/* Until the daemon serves no session (every restore all in). */
+static void daemon_idle(void)
+{
+	uint64_t end = h_now_ns() + H_DEADLINE_MS * 1000000ull;
+
+	while (daemon_sessions(h_path("fd.sock")) != 0) {
+		cr_assert(h_now_ns() < end, "the daemon's sessions do not end");
+		usleep(1000);
+	}
+}
+
+static void daemon_stop(pid_t d)
+{
+	int st;
+
+	kill(d, SIGTERM);
+	st = h_wait(d, H_DEADLINE_MS);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the daemon: status %#x (see %s)", st, h_path("daemon.out"));
+}
+
+/*
+ * Two dumps restored at once through one daemon, each asked for with
+ * faultctl; bad requests get a clear error and leave it serving.
+ */
+Test(criu, daemon_two_restores)
+{
+	struct h_task a, b;
+	pid_t d;
+
+	h_workload(&a, NULL, restore_mib(), 71, "basic");
+	h_dump(&a, NULL, "da");
+	h_workload(&b, NULL, restore_mib(), 72, "threads");
+	h_dump(&b, NULL, "db");
+	cr_assert_eq(mkdir(h_path("empty"), 0755), 0);
+	d = daemon_start();
+	cr_assert_eq(faultctl_lazy("da"), 0, "see %s", h_path("faultctl.out"));
+	cr_assert_eq(faultctl_lazy("db"), 0, "see %s", h_path("faultctl.out"));
+	cr_assert(file_says("faultctl.out", "lazy-pages.socket ("));
+	/* Refused, with the reason, before any restore: no dump there, and
+	 * a socket somebody (the daemon) listens on already. */
+	cr_assert_eq(faultctl_lazy("empty"), 1);
+	cr_assert(file_says("faultctl.out", "inventory.img"), "see %s",
+		  h_path("faultctl.out"));
+	cr_assert_eq(faultctl_lazy("da"), 1);
+	cr_assert(file_says("faultctl.out", "Address already in use"),
+		  "see %s", h_path("faultctl.out"));
+	cr_assert_eq(restore(NULL, "da"), 0, "see %s", h_path("da/rst.log"));
+	cr_assert_eq(restore(NULL, "db"), 0, "see %s", h_path("db/rst.log"));
+	/* Both check themselves at once, both served by the one daemon. */
+	cr_assert_eq(kill(a.pid, SIGUSR1), 0);
+	go_and_wait(&b);
+	cr_assert_eq(h_wait(a.pid, H_DEADLINE_MS), 0, "see %s",
+		     h_path("result"));
+	daemon_idle();
+	cr_assert(file_says("result", "role=parent"));
+	daemon_stop(d);
+}
+
+/*
+ * kill -9 of the daemon while it serves a restore it was asked for: the
+ * restarted daemon adopts it from the keeper, opens its dump again from
+ * the folder the session's record names, and finishes it.
+ */
+Test(criu, daemon_kill_restart)
+{
+	struct h_task t;
+	bool done;
+	pid_t d;
+
+	h_workload(&t, NULL, restore_mib(), 73, "basic");
+	h_dump(&t, NULL, "d");
+	d = daemon_start();
+	cr_assert_eq(faultctl_lazy("d"), 0, "see %s", h_path("faultctl.out"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	/* Killed with the restore's pages not pushed yet, or some: the
+	 * workload has not run, and its process holds nothing but what
+	 * the push put in. */
+	kill(d, SIGKILL);
+	cr_assert_neq(h_wait(d, H_DEADLINE_MS), -ETIMEDOUT);
+	done = file_says("daemon.out", "all in: ");
+	d = daemon_start();
+	/* Unless every page was in before the kill (then nothing is kept). */
+	cr_assert(done || file_says("daemon.out", ": adopted, 1 spaces"),
+		  "see %s", h_path("daemon.out"));
+	go_and_wait(&t);
+	daemon_idle();
+	daemon_stop(d);
+}
+
 /* ---- working sets: a restore recorded, then one replayed ---- */
 
 /* faultd.out, whole (the runs of a test append to it). */

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * lazy_daemon.c - restores of CRIU dumps served by the long-running
+ * daemon, next to its other sessions: `faultctl lazy-pages -D DIR
+ * [-W WORKDIR]` asks it (LAZY_PAGES, faultd-protocol(7)) to do for one
+ * restore what `faultd lazy-pages -D DIR -W WORKDIR` does.
+ *
+ * The request is checked, and its dump opened and checked, in the
+ * daemon's connection loop: what faultd cannot serve is refused to
+ * faultctl before criu restore can connect. Then a thread of the
+ * request's own listens on WORKDIR/lazy-pages.socket (made as the command
+ * makes it: 0600, only root and the daemon's user may connect), accepts
+ * criu restore once and runs its session (front_criu.c) until every page
+ * is in. Each request has its own struct lazy_pages, freed with its
+ * session (lazy_pages_ended()). A restarted daemon adopts such a session
+ * from the keeper like any other and opens its dump again from the folder
+ * the session's record names.
+ *
+ * Only root and the daemon's own user may ask: the daemon reads the dump
+ * with its own rights and serves whoever of them connects.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "criu.h"
+#include "front_criu.h"
+
+#define SOCK_NAME "lazy-pages.socket"
+#define WAITING_MAX 64	/* requests whose criu restore has not come yet */
+
+/* A request whose criu restore has not connected yet. */
+struct waiting {
+	struct lazy_pages *lp;
+	int ls;
+	char path[108];
+};
+
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
+static unsigned int nr_waiting;		/* under wait_lock */
+static int stop_fd = -1;		/* an eventfd, made at the first request */
+
+/*
+ * lazy_daemon_open() - one restore's struct lazy_pages, of the dump in
+ * folder @dir (absolute): opened and checked, or -errno with *why.
+ */
+int lazy_daemon_open(const char *dir, struct lazy_pages **lpp, char *why,
+		     size_t why_len)
+{
+	struct lazy_pages *lp;
+	int ret;
+
+	if (dir[0] != '/' || strlen(dir) >= sizeof(lp->dir))
+		return criu_why(why, why_len, -EINVAL, "%s: not an absolute "
+				"path of at most %zu bytes", dir,
+				sizeof(lp->dir) - 1);
+	lp = calloc(1, sizeof(*lp));
+	if (!lp)
+		return criu_why(why, why_len, -ENOMEM, "out of memory");
+	strcpy(lp->dir, dir);
+	lp->done_fd = -1;
+	lp->one_restore = true;
+	ret = criu_dump_open(dir, &lp->dump, why, why_len);
+	if (ret) {
+		free(lp);
+		return ret;
+	}
+	*lpp = lp;
+	return 0;
+}
+
+void lazy_daemon_free(struct lazy_pages *lp)
+{
+	criu_dump_close(lp->dump);
+	free(lp);
+}
+
+/* The lazy pages of every live task of @lp's dump. */
+static uint64_t lazy_pages_of(const struct lazy_pages *lp)
+{
+	const struct criu_task *t;
+	size_t n = criu_dump_tasks(lp->dump, &t);
+	uint64_t pages = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct criu_range *r;
+		ssize_t nr = t[i].zombie ? 0 : criu_task_lazy(lp->dump,
+							      t[i].pid, &r);
+
+		for (ssize_t j = 0; j < nr; j++)
+			pages += r[j].len / CRIU_PAGE_SIZE;
+	}
+	return pages;
+}
+
+/* criu restore's connection, or -ECANCELED when the daemon stops first. */
+static int accept_restore(int ls, struct ucred *cr)
+{
+	for (;;) {
+		struct pollfd p[2] = { { .fd = ls, .events = POLLIN },
+				       { .fd = stop_fd, .events = POLLIN } };
+		int c;
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return -errno;
+		if (p[1].revents)
+			return -ECANCELED;
+		if (!p[0].revents)
+			continue;
+		c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0 && (errno == EINTR || errno == ECONNABORTED))
+			continue;
+		if (c < 0)
+			return -errno;
+		if (!lazy_pages_peer_ok(c, cr) && !lazy_pages_probe(c))
+			return c;
+		close(c);
+	}
+}
+
+static void waiting_done(void)
+{
+	pthread_mutex_lock(&wait_lock);
+	nr_waiting--;
+	pthread_cond_broadcast(&wait_cond);
+	pthread_mutex_unlock(&wait_lock);
+}
+
+/* A request's thread: criu restore once, then its session to the end. */
+static void *waiting_main(void *arg)
+{
+	struct waiting *w = arg;
+	struct lazy_pages *lp = w->lp;
+	struct ucred cr;
+	int c = accept_restore(w->ls, &cr), ret;
+
+	close(w->ls);
+	unlink(w->path); /* criu restore connects once */
+	if (c < 0) {
+		if (c != -ECANCELED)
+			dlog(0, "%s: %s: no restore served", w->path,
+			     strerror(-c));
+		lazy_daemon_free(lp);
+	}
+	free(w);
+	waiting_done();
+	if (c < 0)
+		return NULL;
+	lazy_pages_started(lp);
+	ret = criu_serve(lp, c, cr.uid, cr.pid); /* frees @lp at its end */
+	if (ret)
+		dlog(0, "cannot serve the restore: %s", strerror(-ret));
+	return NULL;
+}
+
+/* Room for one more waiting request, and the stop eventfd. */
+static int waiting_take(char *why, size_t why_len)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&wait_lock);
+	if (stop_fd < 0)
+		stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (stop_fd < 0)
+		ret = criu_why(why, why_len, -errno, "eventfd: %s",
+			       strerror(errno));
+	else if (nr_waiting >= WAITING_MAX)
+		ret = criu_why(why, why_len, -EBUSY, "%u restores wait for "
+			       "criu restore already", nr_waiting);
+	else
+		nr_waiting++;
+	pthread_mutex_unlock(&wait_lock);
+	return ret;
+}
+
+/* Listen for the restore of @m and start its thread. */
+static int start_waiting(const struct proto_lazy_pages *m,
+			 struct lazy_pages *lp, char *why, size_t why_len)
+{
+	const char *wd = m->workdir[0] ? m->workdir : m->dir;
+	struct waiting *w = calloc(1, sizeof(*w));
+	pthread_t t;
+	int ret;
+
+	if (!w)
+		return criu_why(why, why_len, -ENOMEM, "out of memory");
+	if (wd[0] != '/' ||
+	    snprintf(w->path, sizeof(w->path), "%s/%s", wd, SOCK_NAME) >=
+		    (int)sizeof(w->path)) {
+		free(w);
+		return criu_why(why, why_len, -ENAMETOOLONG, "%s/%s: not an "
+				"absolute path that fits a socket address",
+				wd, SOCK_NAME);
+	}
+	w->lp = lp;
+	w->ls = lazy_pages_listen(w->path, SOCK_STREAM);
+	if (w->ls < 0) {
+		ret = w->ls;
+		free(w);
+		return criu_why(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
+				strerror(-ret));
+	}
+	ret = waiting_take(why, why_len);
+	if (!ret && (ret = thread_start(&t, waiting_main, w, "faultd-criu"))) {
+		waiting_done();
+		criu_why(why, why_len, ret, "no thread: %s", strerror(-ret));
+	}
+	if (ret) {
+		close(w->ls);
+		unlink(w->path);
+		free(w);
+		return ret;
+	}
+	pthread_detach(t);
+	dlog(1, "%s: waits for criu restore of %s", w->path, lp->dir);
+	return 0;
+}
+
+/* Is @s a NUL-terminated string of @len bytes at most? */
+static bool terminated(const char *s, size_t len)
+{
+	return memchr(s, '\0', len) != NULL;
+}
+
+/*
+ * lazy_daemon_asked() - LAZY_PAGES @m came from @peer on @sock: start
+ * serving the restore, and answer ACK or ERROR (why). Context: the
+ * connection loop.
+ */
+void lazy_daemon_asked(int sock, const struct peer *peer,
+		       const struct proto_lazy_pages *m)
+{
+	struct proto_ack ack = { .session = 0 };
+	struct lazy_pages *lp = NULL;
+	char why[512];
+	int ret = 0;
+
+	if (peer->uid != 0 && peer->uid != geteuid())
+		ret = criu_why(why, sizeof(why), -EPERM, "only root or uid %u "
+			       "may have this daemon serve a restore",
+			       (unsigned int)geteuid());
+	else if (m->flags)
+		ret = criu_why(why, sizeof(why), -EINVAL, "unknown flags %#x",
+			       m->flags);
+	else if (!terminated(m->dir, sizeof(m->dir)) ||
+		 !terminated(m->workdir, sizeof(m->workdir)))
+		ret = criu_why(why, sizeof(why), -EINVAL,
+			       "a path is not NUL-terminated");
+	if (!ret)
+		ret = lazy_daemon_open(m->dir, &lp, why, sizeof(why));
+	if (!ret) {
+		ack.pages_total = lazy_pages_of(lp);
+		ret = start_waiting(m, lp, why, sizeof(why));
+		if (ret)
+			lazy_daemon_free(lp);
+	}
+	if (ret) {
+		dlog(1, "LAZY_PAGES of uid %u refused: %s",
+		     (unsigned int)peer->uid, why);
+		proto_error_send(sock, ret, "%s", why);
+		return;
+	}
+	proto_init(&ack.h, MSG_ACK, sizeof(ack));
+	proto_send(sock, &ack, NULL, 0);
+}
+
+/*
+ * lazy_daemon_stop() - the daemon stops: the requests whose restore has
+ * not come remove their sockets and end (running sessions are the
+ * daemon's to stop and leave to the keeper).
+ */
+void lazy_daemon_stop(void)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&wait_lock);
+	if (stop_fd >= 0)
+		(void)!write(stop_fd, &one, sizeof(one));
+	while (nr_waiting)
+		pthread_cond_wait(&wait_cond, &wait_lock);
+	pthread_mutex_unlock(&wait_lock);
+}
