@@ -736,6 +736,43 @@ Test(attacks, status_lists_only_the_callers_sessions)
 }
 
 /* ------------------------------------------------------------------------
+ * LAZY_PAGES: the daemon would read a dump with its own rights and serve
+ * the restore on a socket of its own; another user may not ask.
+ */
+
+static void lazy_pages_child(void *arg)
+{
+	struct proto_lazy_pages *m = calloc(1, sizeof(*m));
+	struct proto_error *e = calloc(1, PROTO_MAX_MSG);
+	int s = -1, out = 100;
+
+	become(arg);
+	if (m && e && !hello_on(sock, &s)) {
+		proto_init(&m->h, MSG_LAZY_PAGES, sizeof(*m));
+		snprintf(m->dir, sizeof(m->dir), "%s", dir);
+		if (proto_call(s, m, NULL, 0, e, PROTO_MAX_MSG) > 0)
+			out = e->h.type == MSG_ERROR ? -e->err : 101;
+	}
+	_exit(out);
+}
+
+Test(attacks, lazy_pages_is_for_root_and_the_daemons_user)
+{
+	char path[512];
+	struct stat st;
+	pid_t pid;
+	int how;
+
+	need_users();
+	pid = daemon_up(NULL);
+	how = run_in_child(lazy_pages_child, &ua);
+	cr_expect_eq(how, -(EPERM + 1), "another user's LAZY_PAGES: %d", how);
+	snprintf(path, sizeof(path), "%s/lazy-pages.socket", dir);
+	cr_expect_neq(stat(path, &st), 0, "a socket was made for it");
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
  * Refusals used to be sent before HELLO was read: EPIPE or ECONNRESET.
  */
 
