@@ -385,6 +385,42 @@ static int record_make(struct session *s, struct ksession *r, int *fds,
 	return 0;
 }
 
+/* The put ended with @ret: keep the new record, or go back to the old. */
+static void record_settle(struct session *s, int ret)
+{
+	int drop = ret ? s->record_fd : s->old_record_fd;
+
+	if (ret)
+		s->record_fd = s->old_record_fd;
+	s->old_record_fd = -1;
+	if (drop >= 0)
+		close(drop);
+}
+
+/*
+ * A new record of @s, in a memfd of its own: the entry the keeper holds
+ * keeps its record as it was until the new entry replaces it, so that a
+ * daemon killed in between leaves an entry whose record matches its
+ * descriptors. (One record rewritten in place, as it was, could say a
+ * descriptor more or less than the old entry had: the restore it held
+ * was lost, "cannot adopt it: Bad message".) record_settle() ends it,
+ * whatever the result. Context: spaces_lock (read), keep_lock.
+ */
+static int record_swap(struct session *s, struct ksession *r, int *fds,
+		       uint64_t *watch)
+{
+	int fd = memfd_create("faultd-session", MFD_CLOEXEC), ret;
+
+	s->old_record_fd = s->record_fd;
+	s->record_fd = fd;
+	if (fd < 0)
+		return -errno;
+	ret = record_make(s, r, fds, watch);
+	if (!ret && pwrite(fd, r, sizeof(*r), 0) != sizeof(*r))
+		ret = -errno;
+	return ret;
+}
+
 /*
  * session_persist() - put @s's entry (again) where it outlives the daemon.
  * Returns 0, or -errno (logged: a restart would lose the session; it is
@@ -403,20 +439,15 @@ int session_persist(struct session *s)
 	r = malloc(sizeof(*r));
 	fds = malloc(KEEP_MAX_FDS * sizeof(int));
 	ret = r && fds ? 0 : -ENOMEM;
-	if (!ret && s->record_fd < 0) {
-		s->record_fd = memfd_create("faultd-session", MFD_CLOEXEC);
-		ret = s->record_fd < 0 ? -errno : 0;
-	}
-	pthread_rwlock_rdlock(&s->spaces_lock);
-	if (!ret)
-		ret = record_make(s, r, fds, &watch);
-	if (!ret && pwrite(s->record_fd, r, sizeof(*r), 0) != sizeof(*r))
-		ret = -errno;
 	snprintf(name, sizeof(name), "s%llu", (unsigned long long)s->id);
+	pthread_rwlock_rdlock(&s->spaces_lock);
 	pthread_mutex_lock(&keep_lock);
+	if (!ret)
+		ret = record_swap(s, r, fds, &watch);
 	if (!ret)
 		ret = keep_put(daemon_keep, name, fds, r->nr_fds,
 			       s->kind->takeover ? KEEP_F_TAKEOVER : 0, watch);
+	record_settle(s, ret);
 	pthread_mutex_unlock(&keep_lock);
 	pthread_rwlock_unlock(&s->spaces_lock);
 	if (ret)

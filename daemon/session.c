@@ -111,6 +111,7 @@ int session_create(const struct session_opts *o,
 	s->fe_data = fe_data;
 	s->peer_fd = -1;
 	s->record_fd = -1;
+	s->old_record_fd = -1;
 	s->id = atomic_fetch_add(&next_id, 1);
 	s->started_ns = now_ns();
 	s->nr_handlers = o->handlers ? o->handlers : default_handlers();

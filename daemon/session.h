@@ -193,6 +193,7 @@ struct session {
 	bool close_peer;	/* peer_fd is the session's to close */
 	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
 	int record_fd;		/* its record (persist.c); -1: none yet */
+	int old_record_fd;	/* the one a put replaces; -1 between puts */
 	atomic_bool kept;	/* its entry has been put */
 	atomic_bool unkept;	/* ... and dropped: the session ended */
 	int peer_fd;		/* polled for the front end; -1: none;
