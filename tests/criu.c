@@ -1378,6 +1378,15 @@ static bool exited(pid_t pid)
 	return waitpid(pid, &st, WNOHANG) == pid;
 }
 
+static pid_t running_daemon; /* killed by daemon_fini() if a test failed */
+
+static void daemon_fini(void)
+{
+	if (running_daemon > 0)
+		kill(running_daemon, SIGKILL);
+	h_teardown();
+}
+
 /* The daemon ($FAULTD, no subcommand) on h_path("fd.sock"), answering. */
 static pid_t daemon_start(void)
 {
@@ -1394,6 +1403,7 @@ static pid_t daemon_start(void)
 			  h_path("daemon.out"));
 		usleep(1000);
 	}
+	running_daemon = pid;
 	return pid;
 }
 
@@ -1451,6 +1461,7 @@ static void daemon_stop(pid_t d)
 
 	kill(d, SIGTERM);
 	st = h_wait(d, H_DEADLINE_MS);
+	running_daemon = 0;
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the daemon: status %#x (see %s)", st, h_path("daemon.out"));
 }
@@ -1459,7 +1470,7 @@ static void daemon_stop(pid_t d)
  * Two dumps restored at once through one daemon, each asked for with
  * faultctl; bad requests get a clear error and leave it serving.
  */
-Test(criu, daemon_two_restores)
+Test(criu, daemon_two_restores, .fini = daemon_fini)
 {
 	struct h_task a, b;
 	pid_t d;
@@ -1498,7 +1509,7 @@ Test(criu, daemon_two_restores)
  * restarted daemon adopts it from the keeper, opens its dump again from
  * the folder the session's record names, and finishes it.
  */
-Test(criu, daemon_kill_restart)
+Test(criu, daemon_kill_restart, .fini = daemon_fini)
 {
 	struct h_task t;
 	bool done;
@@ -1514,6 +1525,7 @@ Test(criu, daemon_kill_restart)
 	 * the push put in. */
 	kill(d, SIGKILL);
 	cr_assert_neq(h_wait(d, H_DEADLINE_MS), -ETIMEDOUT);
+	running_daemon = 0;
 	done = file_says("daemon.out", "all in: ");
 	d = daemon_start();
 	/* Unless every page was in before the kill (then nothing is kept),
