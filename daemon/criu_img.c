@@ -837,6 +837,8 @@ struct criu_src {
 	struct task_mem m;
 	const uint32_t *sum;	/* per page of pages-N.img; NULL: unchecked */
 	uint64_t nr_sum;
+	const char *map;	/* pages-N.img mapped read-only; NULL: none */
+	size_t map_len;
 };
 
 static struct criu_src *to_csrc(struct source *s)
@@ -893,10 +895,42 @@ static ssize_t csrc_read(struct source *s, uint64_t off, void *buf,
 	return (ssize_t)len;
 }
 
+/*
+ * [off, off + len) in the mapping of pages-N.img, when its pieces lie
+ * back to back there (lazy entries follow each other in the file unless
+ * CRIU put other pages between them) and no sidecar checks them.
+ */
+static const void *csrc_view(struct source *s, uint64_t off, size_t len)
+{
+	const struct criu_src *c = to_csrc(s);
+	uint64_t at = off, first = 0;
+
+	if (!c->map || c->sum)
+		return NULL;
+	while (at < off + len) {
+		const struct piece *p = criu_mem_data(&c->m, at);
+		uint64_t f;
+
+		if (!p)
+			return NULL;
+		f = p->file_off + (at - p->start);
+		if (at == off)
+			first = f;
+		else if (f != first + (at - off))
+			return NULL;
+		at = p->start + p->len;
+	}
+	if (first > c->map_len || len > c->map_len - first)
+		return NULL;
+	return c->map + first;
+}
+
 static void csrc_destroy(struct source *s)
 {
 	struct criu_src *c = to_csrc(s);
 
+	if (c->map)
+		munmap((void *)c->map, c->map_len);
 	criu_mem_free(&c->m);
 	if (c->s.keep_fd > 0)
 		close(c->s.keep_fd);
@@ -907,8 +941,25 @@ static const struct source_ops criu_src_ops = {
 	.name = "criu",
 	.read = csrc_read,
 	.extent = csrc_extent,
+	.view = csrc_view,
 	.destroy = csrc_destroy,
 };
+
+/* pages-N.img mapped for csrc_view() (none if it cannot be: read()). */
+static void csrc_map(struct criu_src *c)
+{
+	struct stat st;
+	void *p;
+
+	if (c->m.pages_fd < 0 || fstat(c->m.pages_fd, &st) || !st.st_size)
+		return;
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED,
+		 c->m.pages_fd, 0);
+	if (p == MAP_FAILED)
+		return;
+	c->map = p;
+	c->map_len = (size_t)st.st_size;
+}
 
 /* The sidecar's sums of the pages file @m reads (NULL: none of it). */
 static const uint32_t *mem_sums(const struct task_mem *m,
@@ -962,6 +1013,8 @@ int criu_task_source_checked(struct criu_dump *d, pid_t pid,
 	}
 	c->s = (struct source){ .ops = &criu_src_ops, .size = c->m.size,
 				.page_size = CRIU_PAGE_SIZE };
+	if (!sums)
+		csrc_map(c);
 	/* What a restarted daemon checks the pages file by (persist.c). */
 	c->s.keep_fd = fcntl(c->m.pages_fd, F_DUPFD_CLOEXEC, 3);
 	if (c->s.keep_fd < 0)

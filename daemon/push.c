@@ -186,7 +186,7 @@ static void push_pagewise(struct pusher *p, const struct space_run *run,
  * the pages installed, or the first piece's error (space_install_run()).
  */
 static ssize_t install_boosted(struct pusher *p, const struct space_run *run,
-			       uint64_t gen)
+			       const char *data, uint64_t gen)
 {
 	size_t piece = p->sp->page_size > PUSH_PIECE ? p->sp->page_size
 						     : PUSH_PIECE;
@@ -200,9 +200,7 @@ static ssize_t install_boosted(struct pusher *p, const struct space_run *run,
 		part.start += o;
 		part.src_off += o;
 		part.len = run->len - o < piece ? run->len - o : piece;
-		ret = space_install_run(p->sp, &part,
-					run->kind == SRC_DATA ? p->buf + o
-							      : NULL,
+		ret = space_install_run(p->sp, &part, data ? data + o : NULL,
 					gen, true, PUSH_SLOT(p));
 		n += ret > 0 ? ret : 0;
 	}
@@ -211,21 +209,31 @@ static ssize_t install_boosted(struct pusher *p, const struct space_run *run,
 	return ret < 0 ? ret : n;
 }
 
-/* Read and install one run. Returns false when it made no progress. */
+/*
+ * Read and install one run (from the source's own mapping where it has
+ * one: no copy into the buffer first). Returns false when it made no
+ * progress.
+ */
 static bool push_run(struct pusher *p, const struct space_run *run,
 		     uint64_t gen)
 {
 	struct space *sp = p->sp;
+	const char *data = NULL;
 	ssize_t n = 0;
 
-	if (run->kind == SRC_DATA)
+	if (run->kind == SRC_DATA &&
+	    !(data = source_view(sp->src, run->src_off, run->len))) {
 		n = source_read(sp->src, run->src_off, p->buf, run->len);
+		data = p->buf;
+	}
 	if (n < 0) {
 		push_pagewise(p, run, gen);
 		p->cursor = run->start + run->len;
 		return true;
 	}
-	n = install_boosted(p, run, gen);
+	n = install_boosted(p, run, data, gen);
+	if (n == -EFAULT && data != p->buf) /* the file shrank: read it */
+		n = 0, push_pagewise(p, run, gen);
 	if (n == -ESTALE)
 		return true; /* the ranges changed: find it again */
 	if (n == -EAGAIN) {

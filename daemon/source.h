@@ -69,6 +69,16 @@ struct source_ops {
 	 * the source has nothing to start.
 	 */
 	void (*willneed)(struct source *s, uint64_t off, uint64_t len);
+	/*
+	 * Where the content of [off, off + len) is, to install from without
+	 * copying it first: a pointer into a read-only mapping of the
+	 * source, valid until destroy(); or NULL (not offered for this
+	 * range, or the content needs a check that read() does): read() it.
+	 * The engine only hands the pointer to the kernel (UFFDIO_COPY),
+	 * which fails with EFAULT, not a signal, should the file have
+	 * shrunk underneath. NULL op: never.
+	 */
+	const void *(*view)(struct source *s, uint64_t off, size_t len);
 	/* Free the source and close what it holds. */
 	void (*destroy)(struct source *s);
 };
@@ -112,6 +122,12 @@ static inline void source_willneed(struct source *s, uint64_t off,
 {
 	if (s->ops->willneed)
 		s->ops->willneed(s, off, len);
+}
+
+static inline const void *source_view(struct source *s, uint64_t off,
+				      size_t len)
+{
+	return s->stale || !s->ops->view ? NULL : s->ops->view(s, off, len);
 }
 
 static inline void source_destroy(struct source *s)

@@ -770,9 +770,15 @@ static int fill_plan(struct space *sp, struct plan *pl, char *buf)
 
 enum { F_DONE, F_PARK, F_REPLAN };
 
+/*
+ * One try of the fault on @page. @no_view: read the content even where
+ * the source has a mapping (set when an install from it failed: the file
+ * shrank underneath, and the read then fails and poisons).
+ */
 static int fault_once(struct space *sp, uint64_t page, char *buf,
-		      unsigned int slot)
+		      unsigned int slot, bool *no_view)
 {
+	const char *data = NULL;
 	struct plan pl;
 	int ret = 0;
 
@@ -783,8 +789,13 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 		return F_DONE;
 	}
 	pthread_rwlock_unlock(&sp->lock);
-	if (!pl.zero)
+	/* The source's own mapping where it has one, else a read. */
+	if (!pl.zero && !*no_view)
+		data = source_view(sp->src, pl.src, pl.len);
+	if (!pl.zero && !data) {
 		ret = fill_plan(sp, &pl, buf);
+		data = buf;
+	}
 	install_begin(sp);
 	if (pl.gen != sp->gen) {
 		install_end(sp);
@@ -793,9 +804,12 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 	if (ret)
 		poison_page_locked(sp, &pl, ret);
 	else
-		ret = install_window_locked(sp, &pl, pl.zero ? NULL : buf,
-					    slot);
+		ret = install_window_locked(sp, &pl, data, slot);
 	install_end(sp);
+	if (ret == -EFAULT && data != buf && !*no_view) {
+		*no_view = true;
+		return F_REPLAN;
+	}
 	if (ret == -EAGAIN)
 		return F_PARK;
 	if (ret && ret != -EBADMSG && ret != -EIO)
@@ -842,6 +856,7 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 	struct space *sp = p->owner;
 	struct worker *w = rd->owner;
 	uint64_t page = req->addr & ~(uint64_t)(sp->page_size - 1);
+	bool no_view = false;
 	int ret = F_REPLAN;
 
 	if (!req->counted) {
@@ -852,7 +867,7 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 			record_touch(sp, page);
 	}
 	for (int i = 0; i < FAULT_TRIES && ret == F_REPLAN; i++)
-		ret = fault_once(sp, page, w->buf, w->slot);
+		ret = fault_once(sp, page, w->buf, w->slot, &no_view);
 	if (ret == F_DONE) {
 		fault_latency(sp, req);
 		return ULOOP_DONE;

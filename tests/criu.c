@@ -1185,6 +1185,35 @@ Test(criu, faultd_verify_poisons)
 	cr_assert(h_faultd_said("restore incomplete"));
 }
 
+/*
+ * pages-N.img cut short under a running restore: faultd installs from its
+ * mapping of the file, and an install from a page past the new end fails
+ * (EFAULT); the page is then read, the read fails, and it is poisoned -
+ * the process dies of SIGBUS, never reads zeros, never waits for ever.
+ * Recording a working set, nothing is pushed: every page comes by a fault.
+ */
+Test(criu, faultd_pages_cut_under_it)
+{
+	struct h_task t;
+	pid_t lp;
+	int st;
+
+	h_workload(&t, NULL, 16, 60, "basic");
+	h_dump(&t, NULL, "d");
+	lp = h_faultd_bg(NULL, "-D %s --record-working-set %s", h_path("d"),
+			 h_path("ws"));
+	cr_assert(lp > 0, "see %s", h_path("faultd.out"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	cr_assert_eq(truncate(h_path("d/pages-1.img"), 4096 * 64), 0);
+	cr_assert_eq(kill(t.pid, SIGUSR1), 0);
+	st = h_wait(t.pid, H_DEADLINE_MS);
+	cr_assert(st != -ETIMEDOUT, "the workload waits for ever");
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+		  "the workload: status %#x, not SIGBUS", st);
+	faultd_exits(lp, 1);
+	cr_assert(h_faultd_said("poisoned"), "see %s", h_path("faultd.out"));
+}
+
 /* ---- the socket: only root and the daemon's user ---- */
 
 Test(criu, faultd_socket_refused)
