@@ -5,6 +5,8 @@
  * kept in a sorted table that never changes afterwards: extent() is a
  * binary search and read() an io_uring read (ring_rw(), the library's
  * per-thread rings), both without a lock, from any number of threads.
+ * The file is also mapped read-only, for view(): the engine installs
+ * from the mapping without copying the data into a buffer first.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@ struct data_ext {
 struct src_file {
 	struct source s;
 	int fd;
+	const char *map;	/* [0, size) mapped read-only; NULL: none */
 	/* Sorted; neither overlapping nor touching (touching ones merge). */
 	struct data_ext *ext;
 	size_t n, cap;
@@ -135,29 +139,48 @@ static int file_extent(struct source *s, uint64_t off, struct src_extent *e)
 	return 0;
 }
 
-static ssize_t file_read(struct source *s, uint64_t off, void *buf,
-			 size_t len)
+/* Is [off, off + len) whole pages of one DATA extent? 0 or -errno. */
+static int data_range(const struct src_file *f, uint64_t off, size_t len)
 {
-	const struct src_file *f = container_of(s, struct src_file, s);
 	size_t i;
-	ssize_t n;
 
-	if (!len || (off | len) & (s->page_size - 1))
+	if (!len || (off | len) & (f->s.page_size - 1))
 		return -EINVAL;
-	if (off >= s->size || len > s->size - off)
+	if (off >= f->s.size || len > f->s.size - off)
 		return -ERANGE;
 	/* Touching extents are merged: a DATA range lies in one. */
 	i = ext_find(f, off);
 	if (i == f->n || f->ext[i].start > off || f->ext[i].end - off < len)
 		return -ERANGE;
+	return 0;
+}
+
+static ssize_t file_read(struct source *s, uint64_t off, void *buf,
+			 size_t len)
+{
+	const struct src_file *f = container_of(s, struct src_file, s);
+	int ret = data_range(f, off, len);
+	ssize_t n;
+
+	if (ret)
+		return ret;
 	n = ring_rw(f->fd, false, off, buf, len);
 	return n == (ssize_t)len ? n : -EIO;
+}
+
+static const void *file_view(struct source *s, uint64_t off, size_t len)
+{
+	const struct src_file *f = container_of(s, struct src_file, s);
+
+	return f->map && !data_range(f, off, len) ? f->map + off : NULL;
 }
 
 static void file_destroy(struct source *s)
 {
 	struct src_file *f = container_of(s, struct src_file, s);
 
+	if (f->map)
+		munmap((void *)f->map, f->s.size);
 	close(f->fd);
 	free(f->ext);
 	free(f);
@@ -167,6 +190,7 @@ static const struct source_ops file_ops = {
 	.name = "file",
 	.read = file_read,
 	.extent = file_extent,
+	.view = file_view,
 	.destroy = file_destroy,
 };
 
@@ -240,6 +264,10 @@ int src_file_open_fd(int fd, uint64_t size, size_t page_size,
 	ret = ext_scan(f, why, why_len);
 	if (ret)
 		goto close_fd;
+	/* Without the mapping (no address space left), reads serve. */
+	f->map = mmap(NULL, size, PROT_READ, MAP_SHARED, f->fd, 0);
+	if (f->map == MAP_FAILED)
+		f->map = NULL;
 	*out = &f->s;
 	return 0;
 
