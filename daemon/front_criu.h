@@ -46,8 +46,8 @@ int lazy_pages_main(int argc, char **argv);
 void lazy_pages_started(struct lazy_pages *lp);
 void lazy_pages_ended(struct lazy_pages *lp, bool ok);
 int lazy_pages_listen(const char *path, int type);
-int lazy_pages_peer_ok(int c, struct ucred *cr);
-bool lazy_pages_probe(int c);
+int lazy_pages_accept(int ls, int stop_fd, bool (*stopped)(int fd),
+		      struct ucred *cr);
 
 /* lazy_daemon.c - the daemon's restores, asked for with faultctl */
 int lazy_daemon_open(const char *dir, struct lazy_pages **lpp, char *why,

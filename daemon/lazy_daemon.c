@@ -20,7 +20,6 @@
  * with its own rights and serves whoever of them connects.
  */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,29 +100,11 @@ static uint64_t lazy_pages_of(const struct lazy_pages *lp)
 	return pages;
 }
 
-/* criu restore's connection, or -ECANCELED when the daemon stops first. */
-static int accept_restore(int ls, struct ucred *cr)
+/* The daemon stops: the stop eventfd is readable only then. */
+static bool stopping(int fd)
 {
-	for (;;) {
-		struct pollfd p[2] = { { .fd = ls, .events = POLLIN },
-				       { .fd = stop_fd, .events = POLLIN } };
-		int c;
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			return -errno;
-		if (p[1].revents)
-			return -ECANCELED;
-		if (!p[0].revents)
-			continue;
-		c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-		if (c < 0 && (errno == EINTR || errno == ECONNABORTED))
-			continue;
-		if (c < 0)
-			return -errno;
-		if (!lazy_pages_peer_ok(c, cr) && !lazy_pages_probe(c))
-			return c;
-		close(c);
-	}
+	(void)fd;
+	return true;
 }
 
 static void waiting_done(void)
@@ -140,7 +121,7 @@ static void *waiting_main(void *arg)
 	struct waiting *w = arg;
 	struct lazy_pages *lp = w->lp;
 	struct ucred cr;
-	int c = accept_restore(w->ls, &cr), ret;
+	int c = lazy_pages_accept(w->ls, stop_fd, stopping, &cr), ret;
 
 	close(w->ls);
 	unlink(w->path); /* criu restore connects once */

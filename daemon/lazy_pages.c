@@ -322,7 +322,7 @@ int lazy_pages_listen(const char *path, int type)
 }
 
 /* Is the process at the other end root or of our own user? */
-int lazy_pages_peer_ok(int c, struct ucred *cr)
+static int lazy_pages_peer_ok(int c, struct ucred *cr)
 {
 	socklen_t len = sizeof(*cr);
 	struct timeval tv = { .tv_sec = PEER_TIMEOUT_S };
@@ -347,7 +347,7 @@ int lazy_pages_peer_ok(int c, struct ucred *cr)
  * its first task's pid soon after it connects; one that sends nothing for
  * PEER_TIMEOUT_S is taken as the restore (its session times it out).
  */
-bool lazy_pages_probe(int c)
+static bool lazy_pages_probe(int c)
 {
 	struct pollfd p = { .fd = c, .events = POLLIN | POLLRDHUP };
 	char b;
@@ -373,18 +373,23 @@ static bool stop_signal(int sfd)
 	return false;
 }
 
-/* criu restore's connection, or -EINTR when a signal came first. */
-static int accept_criu(int ls, int sfd, struct ucred *cr)
+/*
+ * lazy_pages_accept() - criu restore's connection on @ls: root's or our
+ * user's, and no probe (lazy_pages_probe()); or -ECANCELED once
+ * @stopped(@stop_fd) says so when @stop_fd is readable.
+ */
+int lazy_pages_accept(int ls, int stop_fd, bool (*stopped)(int fd),
+		      struct ucred *cr)
 {
 	for (;;) {
 		struct pollfd p[2] = { { .fd = ls, .events = POLLIN },
-				       { .fd = sfd, .events = POLLIN } };
+				       { .fd = stop_fd, .events = POLLIN } };
 		int c;
 
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
 			return -errno;
-		if (p[1].revents && stop_signal(sfd))
-			return -EINTR;
+		if (p[1].revents && stopped(stop_fd))
+			return -ECANCELED;
 		if (!p[0].revents)
 			continue;
 		c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
@@ -561,7 +566,7 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 	}
 	dlog(1, "listening on %s", path);
 	tell_ready(o, ready);
-	a->sock = accept_criu(ls, sfd, &a->cr);
+	a->sock = lazy_pages_accept(ls, sfd, stop_signal, &a->cr);
 	close(ls);
 	unlink(path); /* criu restore connects once */
 	if (a->sock < 0) {
