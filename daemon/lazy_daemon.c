@@ -189,6 +189,7 @@ static int start_waiting(const struct proto_lazy_pages *m,
 		return criu_why(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
 				strerror(-ret));
 	}
+	dlog(1, "%s: waits for criu restore of %s", w->path, lp->dir);
 	ret = waiting_take(why, why_len);
 	if (!ret && (ret = thread_start(&t, waiting_main, w, "faultd-criu"))) {
 		waiting_done();
@@ -200,8 +201,7 @@ static int start_waiting(const struct proto_lazy_pages *m,
 		free(w);
 		return ret;
 	}
-	pthread_detach(t);
-	dlog(1, "%s: waits for criu restore of %s", w->path, lp->dir);
+	pthread_detach(t); /* @w is the thread's now */
 	return 0;
 }
 
