@@ -773,12 +773,16 @@ enum { F_DONE, F_PARK, F_REPLAN };
 /*
  * One try of the fault on @page. @no_view: read the content even where
  * the source has a mapping (set when an install from it failed: the file
- * shrank underneath, and the read then fails and poisons).
+ * shrank underneath, and the read then fails and poisons). An install
+ * that fails otherwise (ENOMEM) is tried again; on the @last try the page
+ * is poisoned: its thread gets SIGBUS rather than sleep for ever (a
+ * failed ioctl wakes no one).
  */
 static int fault_once(struct space *sp, uint64_t page, char *buf,
-		      unsigned int slot, bool *no_view)
+		      unsigned int slot, bool *no_view, bool last)
 {
 	const char *data = NULL;
+	bool viewed = false;
 	struct plan pl;
 	int ret = 0;
 
@@ -801,22 +805,28 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 		install_end(sp);
 		return F_REPLAN;
 	}
-	if (ret)
+	if (ret) {
 		poison_page_locked(sp, &pl, ret);
-	else
+		ret = 0;
+	} else {
 		ret = install_window_locked(sp, &pl, data, slot);
-	install_end(sp);
-	if (ret == -EFAULT && data != buf && !*no_view) {
-		*no_view = true;
-		return F_REPLAN;
+		viewed = ret == -EFAULT && data != buf;
+		if (ret && ret != -EAGAIN && !viewed && last)
+			poison_page_locked(sp, &pl, ret);
 	}
+	install_end(sp);
+	if (!ret)
+		return F_DONE;
 	if (ret == -EAGAIN)
 		return F_PARK;
-	if (ret && ret != -EBADMSG && ret != -EIO)
-		dlog(0, "%s: space %llu: fault at %#llx: %s", sp->s->o.name,
+	if (viewed)
+		*no_view = true;
+	else
+		dlog(last ? 0 : 1, "%s: space %llu: fault at %#llx: %s%s",
+		     sp->s->o.name,
 		     (unsigned long long)sp->id, (unsigned long long)page,
-		     strerror(-ret));
-	return F_DONE;
+		     strerror(-ret), last ? ": poisoned" : ": again");
+	return last && !viewed ? F_DONE : F_REPLAN;
 }
 
 /*
@@ -867,7 +877,8 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 			record_touch(sp, page);
 	}
 	for (int i = 0; i < FAULT_TRIES && ret == F_REPLAN; i++)
-		ret = fault_once(sp, page, w->buf, w->slot, &no_view);
+		ret = fault_once(sp, page, w->buf, w->slot, &no_view,
+				 i == FAULT_TRIES - 1);
 	if (ret == F_DONE) {
 		fault_latency(sp, req);
 		return ULOOP_DONE;

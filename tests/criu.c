@@ -1214,6 +1214,62 @@ Test(criu, faultd_pages_cut_under_it)
 	cr_assert(h_faultd_said("poisoned"), "see %s", h_path("faultd.out"));
 }
 
+/*
+ * An install that fails (an injected ENOMEM of UFFDIO_COPY, in a build
+ * with -Dfault-injection=true) is tried again; one that keeps failing
+ * poisons its page. Either way no faulting thread is left asleep (a failed
+ * ioctl wakes no one). Nothing is pushed while recording: every copy is a
+ * fault's.
+ */
+static __attribute__((unused)) int inject_restore(const char *rule)
+{
+	struct h_task t;
+	pid_t lp;
+	int st;
+
+	h_workload(&t, NULL, 16, 62, "basic");
+	h_dump(&t, NULL, "d");
+	setenv("FAULTD_INJECT", rule, 1);
+	lp = h_faultd_bg(NULL, "-D %s -v --record-working-set %s",
+			 h_path("d"), h_path("ws"));
+	unsetenv("FAULTD_INJECT");
+	cr_assert(lp > 0, "see %s", h_path("faultd.out"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	cr_assert_eq(kill(t.pid, SIGUSR1), 0);
+	st = h_wait(t.pid, H_DEADLINE_MS);
+	cr_assert(st != -ETIMEDOUT, "the workload waits for ever");
+	faultd_exits(lp, WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : 1);
+	return st;
+}
+
+Test(criu, faultd_install_fails_once)
+{
+#ifndef FAULTD_FAULT_INJECTION
+	cr_skip_test("needs -Dfault-injection=true (scripts/sanitize.sh asan)");
+#else
+	int st = inject_restore("copy:3:ENOMEM");
+
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the workload: status %#x (see %s)", st,
+		  h_path("faultd.out"));
+	cr_assert(h_faultd_said("Cannot allocate memory: again"));
+#endif
+}
+
+Test(criu, faultd_install_keeps_failing)
+{
+#ifndef FAULTD_FAULT_INJECTION
+	cr_skip_test("needs -Dfault-injection=true (scripts/sanitize.sh asan)");
+#else
+	int st = inject_restore("copy:3+:ENOMEM");
+
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+		  "the workload: status %#x, not SIGBUS", st);
+	cr_assert(h_faultd_said("Cannot allocate memory: poisoned"),
+		  "see %s", h_path("faultd.out"));
+#endif
+}
+
 /* ---- the socket: only root and the daemon's user ---- */
 
 Test(criu, faultd_socket_refused)
