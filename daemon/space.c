@@ -771,6 +771,21 @@ static int fill_plan(struct space *sp, struct plan *pl, char *buf)
 enum { F_DONE, F_PARK, F_REPLAN };
 
 /*
+ * The planned window's content: the source's own mapping where it has
+ * one (and @no_view is false), else read into @buf. *data points at it.
+ * Returns 0 or the read's -errno.
+ */
+static int fault_content(struct space *sp, struct plan *pl, char *buf,
+			 bool no_view, const char **data)
+{
+	*data = no_view ? NULL : source_view(sp->src, pl->src, pl->len);
+	if (*data)
+		return 0;
+	*data = buf;
+	return fill_plan(sp, pl, buf);
+}
+
+/*
  * One try of the fault on @page. @no_view: read the content even where
  * the source has a mapping (set when an install from it failed: the file
  * shrank underneath, and the read then fails and poisons). An install
@@ -793,13 +808,8 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 		return F_DONE;
 	}
 	pthread_rwlock_unlock(&sp->lock);
-	/* The source's own mapping where it has one, else a read. */
-	if (!pl.zero && !*no_view)
-		data = source_view(sp->src, pl.src, pl.len);
-	if (!pl.zero && !data) {
-		ret = fill_plan(sp, &pl, buf);
-		data = buf;
-	}
+	if (!pl.zero)
+		ret = fault_content(sp, &pl, buf, *no_view, &data);
 	install_begin(sp);
 	if (pl.gen != sp->gen) {
 		install_end(sp);
@@ -810,7 +820,7 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 		ret = 0;
 	} else {
 		ret = install_window_locked(sp, &pl, data, slot);
-		viewed = ret == -EFAULT && data != buf;
+		viewed = ret == -EFAULT && data && data != buf;
 		if (ret && ret != -EAGAIN && !viewed && last)
 			poison_page_locked(sp, &pl, ret);
 	}
