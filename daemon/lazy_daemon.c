@@ -45,7 +45,7 @@ struct waiting {
 static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
 static unsigned int nr_waiting;		/* under wait_lock */
-static int stop_fd = -1;		/* an eventfd, made at the first request */
+static int stop_fd = -1;		/* eventfd, made at the first request */
 
 /*
  * lazy_daemon_open() - one restore's struct lazy_pages, of the dump in

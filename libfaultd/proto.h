@@ -55,7 +55,7 @@ enum proto_type {
 	MSG_PROGRESS,	/* daemon: struct proto_progress */
 	MSG_DONE,	/* daemon: struct proto_progress; every page is in */
 	MSG_STATUS,	/* faultctl: header only; daemon: struct proto_status */
-	MSG_LAZY_PAGES,	/* faultctl: struct proto_lazy_pages; daemon: ACK */
+	MSG_LAZY_PAGES,	/* faultctl: struct proto_lazy_pages; daemon ACK */
 	MSG_TYPE_MAX,
 };
 
