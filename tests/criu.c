@@ -516,28 +516,44 @@ static const struct damage damages[] = {
 };
 
 /* Make @dm's damaged copy of "good"; what its refusal says into @says. */
-static void damage_make(const struct damage *dm, pid_t pid, char *says,
-			size_t len)
-{
-	copy_dump("good", dm->name);
-	dm->make(dm->name, pid);
-	if (dm->says)
-		snprintf(says, len, "%s", dm->says);
-	else
-		snprintf(says, len, "mm-%d.img", (int)pid);
-}
-
-Test(criu, bad_images_refused)
+/*
+ * Dump a workload (@seed) as "good", then make each damage of the table
+ * (those that a daemon must refuse, if @daemon) and hand it to @check with
+ * the words the refusal must say. Returns the dumped workload's pid.
+ */
+static pid_t each_damage(uint64_t seed, bool daemon,
+			 void (*check)(const struct damage *dm,
+				       const char *says))
 {
 	struct h_task t;
 	char says[64];
 
-	h_workload(&t, NULL, 4, 9, "basic");
+	h_workload(&t, NULL, 4, seed, "basic");
 	h_dump(&t, NULL, "good");
 	for (size_t i = 0; i < sizeof(damages) / sizeof(damages[0]); i++) {
-		damage_make(&damages[i], t.pid, says, sizeof(says));
-		expect_refused(damages[i].name, damages[i].err, says);
+		const struct damage *dm = &damages[i];
+
+		if (daemon && !dm->daemon)
+			continue;
+		copy_dump("good", dm->name);
+		dm->make(dm->name, t.pid);
+		if (dm->says)
+			snprintf(says, sizeof(says), "%s", dm->says);
+		else
+			snprintf(says, sizeof(says), "mm-%d.img", (int)t.pid);
+		check(dm, says);
 	}
+	return t.pid;
+}
+
+static void parse_refuses(const struct damage *dm, const char *says)
+{
+	expect_refused(dm->name, dm->err, says);
+}
+
+Test(criu, bad_images_refused)
+{
+	each_damage(9, false, parse_refuses);
 }
 
 /* ---- the baseline: criu lazy-pages serving criu restore --lazy-pages ---- */
@@ -1127,21 +1143,17 @@ static void faultd_refuses(const char *d, const char *words)
 	cr_assert_neq(restore(NULL, d), 0);
 }
 
+static void faultd_refuses_damage(const struct damage *dm, const char *says)
+{
+	faultd_refuses(dm->name, says);
+}
+
 Test(criu, faultd_bad_images)
 {
-	struct h_task t;
-	char says[64];
+	pid_t pid = each_damage(57, true, faultd_refuses_damage);
 
-	h_workload(&t, NULL, 4, 57, "basic");
-	h_dump(&t, NULL, "good");
-	for (size_t i = 0; i < sizeof(damages) / sizeof(damages[0]); i++) {
-		if (!damages[i].daemon)
-			continue;
-		damage_make(&damages[i], t.pid, says, sizeof(says));
-		faultd_refuses(damages[i].name, says);
-	}
 	/* The workload was never restored: it is not running. */
-	cr_assert_eq(kill(t.pid, 0), -1);
+	cr_assert_eq(kill(pid, 0), -1);
 }
 
 /* ---- --verify: pages checked against the --sum sidecar ---- */
@@ -1504,19 +1516,6 @@ static int faultctl_lazy(const char *d)
 		     h_words(getenv("FAULTCTL"), line));
 }
 
-/* Does @file of the scratch folder hold @words? */
-static bool file_says(const char *file, const char *words)
-{
-	static char buf[65536];
-	int fd = open(h_path(file), O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return strstr(buf, words) != NULL;
-}
-
 /* Tell @t to go; its exit must be 0 (every byte right). */
 static void go_and_wait(const struct h_task *t)
 {
@@ -1568,14 +1567,14 @@ Test(criu, daemon_two_restores, .fini = daemon_fini)
 	d = daemon_start();
 	cr_assert_eq(faultctl_lazy("da"), 0, "see %s", h_path("faultctl.out"));
 	cr_assert_eq(faultctl_lazy("db"), 0, "see %s", h_path("faultctl.out"));
-	cr_assert(file_says("faultctl.out", "lazy-pages.socket ("));
+	cr_assert(h_file_says("faultctl.out", "lazy-pages.socket ("));
 	/* Refused, with the reason, before any restore: no dump there, and
 	 * a socket somebody (the daemon) listens on already. */
 	cr_assert_eq(faultctl_lazy("empty"), 1);
-	cr_assert(file_says("faultctl.out", "inventory.img"), "see %s",
+	cr_assert(h_file_says("faultctl.out", "inventory.img"), "see %s",
 		  h_path("faultctl.out"));
 	cr_assert_eq(faultctl_lazy("da"), 1);
-	cr_assert(file_says("faultctl.out", "Address already in use"),
+	cr_assert(h_file_says("faultctl.out", "Address already in use"),
 		  "see %s", h_path("faultctl.out"));
 	cr_assert_eq(restore(NULL, "da"), 0, "see %s", h_path("da/rst.log"));
 	cr_assert_eq(restore(NULL, "db"), 0, "see %s", h_path("db/rst.log"));
@@ -1585,7 +1584,7 @@ Test(criu, daemon_two_restores, .fini = daemon_fini)
 	cr_assert_eq(h_wait(a.pid, H_DEADLINE_MS), 0, "see %s",
 		     h_path("result"));
 	daemon_idle();
-	cr_assert(file_says("result", "role=parent"));
+	cr_assert(h_file_says("result", "role=parent"));
 	daemon_stop(d);
 }
 
@@ -1611,12 +1610,12 @@ Test(criu, daemon_kill_restart, .fini = daemon_fini)
 	kill(d, SIGKILL);
 	cr_assert_neq(h_wait(d, H_DEADLINE_MS), -ETIMEDOUT);
 	running_daemon = 0;
-	done = file_says("daemon.out", "all in: ");
+	done = h_file_says("daemon.out", "all in: ");
 	d = daemon_start();
 	/* Unless every page was in before the kill (then nothing is kept),
 	 * the adopted session's thread says so once it runs. */
 	for (uint64_t end = h_now_ns() + H_DEADLINE_MS * 1000000ull;
-	     !done && !file_says("daemon.out", ": adopted, 1 spaces");
+	     !done && !h_file_says("daemon.out", ": adopted, 1 spaces");
 	     usleep(1000))
 		cr_assert(h_now_ns() < end, "not adopted (see %s)",
 			  h_path("daemon.out"));

@@ -581,19 +581,23 @@ h_faultd_bg(const char *ns, const char *fmt, ...)
 	return got == 1 ? pid : -pid;
 }
 
-/* Does faultd.out hold @words? */
-static inline bool h_faultd_said(const char *words)
+/* Does file @file of the scratch folder hold @words? */
+static inline bool h_file_says(const char *file, const char *words)
 {
-	char buf[16384];
-	int fd = open(h_path("faultd.out"), O_RDONLY | O_CLOEXEC);
+	static char buf[65536];
+	int fd = open(h_path(file), O_RDONLY | O_CLOEXEC);
 	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 
 	if (fd >= 0)
 		close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
+	buf[n > 0 ? n : 0] = '\0';
 	return strstr(buf, words) != NULL;
+}
+
+/* Does faultd.out hold @words? */
+static inline bool h_faultd_said(const char *words)
+{
+	return h_file_says("faultd.out", words);
 }
 
 #endif
