@@ -232,8 +232,10 @@ static bool push_run(struct pusher *p, const struct space_run *run,
 		return true;
 	}
 	n = install_boosted(p, run, data, gen);
-	if (n == -EFAULT && data != p->buf) /* the file shrank: read it */
-		n = 0, push_pagewise(p, run, gen);
+	if (n == -EFAULT && data != p->buf) { /* the file shrank: read it */
+		push_pagewise(p, run, gen);
+		n = 0;
+	}
 	if (n == -ESTALE)
 		return true; /* the ranges changed: find it again */
 	if (n == -EAGAIN) {
