@@ -321,7 +321,6 @@ static void conn_register(struct loop *l, struct conn *c, size_t len,
 	struct registration *g = calloc(1, sizeof(*g));
 	const char *why = "out of memory";
 	int ret = g ? 0 : -ENOMEM;
-	pthread_t t;
 
 	if (g) {
 		*g = (struct registration){ .sock = c->sock,
@@ -342,12 +341,10 @@ static void conn_register(struct loop *l, struct conn *c, size_t len,
 		fcntl(g->sock, F_SETFL, fcntl(g->sock, F_GETFL) & ~O_NONBLOCK);
 		/* Out of the loop before the session may close it. */
 		epoll_ctl(l->ep, EPOLL_CTL_DEL, g->sock, NULL);
-		ret = thread_start(&t, session_main, g, "faultd-session");
+		ret = daemon_thread_start(session_main, g, "faultd-session");
 		why = "cannot start a thread";
 		if (ret)
 			limit_give(g->peer.uid, true);
-		else
-			pthread_detach(t);
 	}
 	if (ret) {
 		proto_error_send(c->sock, ret, "%s", why);

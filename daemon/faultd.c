@@ -375,6 +375,7 @@ int main(int argc, char **argv)
 	dlog(1, "stopping");
 	lazy_daemon_stop();
 	sessions_stop_all();
+	daemon_threads_wait(THREADS_WAIT_MS);
 	if (restart_end() && own)
 		unlink(dopts.socket);
 	close(ls);

@@ -585,21 +585,18 @@ static bool uid_allowed(uid_t uid)
 /* A thread for @fn(@c), if not too many are under way. */
 static bool start_pending(void *(*fn)(void *), void *c, const char *name)
 {
-	pthread_t t;
 	bool ok;
 
 	pthread_mutex_lock(&vms_lock);
 	ok = pending < MAX_PENDING;
 	pending += ok;
 	pthread_mutex_unlock(&vms_lock);
-	if (ok && thread_start(&t, fn, c, name) < 0) {
+	if (ok && daemon_thread_start(fn, c, name) < 0) {
 		pthread_mutex_lock(&vms_lock);
 		pending--;
 		pthread_mutex_unlock(&vms_lock);
 		ok = false;
 	}
-	if (ok)
-		pthread_detach(t);
 	return ok;
 }
 
@@ -1010,6 +1007,7 @@ int fc_main(int argc, char **argv)
 	if (ret < 0)
 		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
 	sessions_stop_all();
+	daemon_threads_wait(THREADS_WAIT_MS);
 	restart_end();
 	if (all_done())
 		print_status();

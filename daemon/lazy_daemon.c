@@ -168,7 +168,6 @@ static int start_waiting(const struct proto_lazy_pages *m,
 {
 	const char *wd = m->workdir[0] ? m->workdir : m->dir;
 	struct waiting *w = calloc(1, sizeof(*w));
-	pthread_t t;
 	int ret;
 
 	if (!w)
@@ -191,7 +190,7 @@ static int start_waiting(const struct proto_lazy_pages *m,
 	}
 	dlog(1, "%s: waits for criu restore of %s", w->path, lp->dir);
 	ret = waiting_take(why, why_len);
-	if (!ret && (ret = thread_start(&t, waiting_main, w, "faultd-criu"))) {
+	if (!ret && (ret = daemon_thread_start(waiting_main, w, "faultd-criu"))) {
 		waiting_done();
 		criu_why(why, why_len, ret, "no thread: %s", strerror(-ret));
 	}
@@ -201,8 +200,7 @@ static int start_waiting(const struct proto_lazy_pages *m,
 		free(w);
 		return ret;
 	}
-	pthread_detach(t); /* @w is the thread's now */
-	return 0;
+	return 0; /* @w is the thread's now */
 }
 
 /* Is @s a NUL-terminated string of @len bytes at most? */

@@ -555,7 +555,6 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 		     int ready)
 {
 	struct serve_arg *a = calloc(1, sizeof(*a));
-	pthread_t t;
 	int ls = a ? lazy_pages_listen(path, SOCK_STREAM) : -ENOMEM;
 
 	if (ls < 0) {
@@ -576,13 +575,12 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 		return ret;
 	}
 	lazy_pages_started(&lp);
-	if (thread_start(&t, serve_main, a, "faultd-criu") < 0) {
+	if (daemon_thread_start(serve_main, a, "faultd-criu") < 0) {
 		close(a->sock);
 		free(a);
 		lazy_pages_ended(&lp, false);
 		return -EAGAIN;
 	}
-	pthread_detach(t);
 	return 0;
 }
 
@@ -681,6 +679,7 @@ int lazy_pages_main(int argc, char **argv)
 		return 1;
 	check_wset(&o);
 	ret = run(&o, workdir, ready);
+	daemon_threads_wait(THREADS_WAIT_MS);
 	close_sources();
 	return ret ? 1 : 0;
 }

@@ -33,7 +33,6 @@ static void *adopted_main(void *arg)
 static void on_entry(void *arg, struct keep_entry *e)
 {
 	struct session *s;
-	pthread_t t;
 
 	if (e->flags & KEEP_F_LISTEN) {
 		if (e->nfds == 1 && kept_listen < 0)
@@ -45,12 +44,10 @@ static void on_entry(void *arg, struct keep_entry *e)
 	}
 	if (session_adopt_entry(e, &s))
 		return;
-	if (thread_start(&t, adopted_main, s, "faultd-adopt") < 0) {
+	if (daemon_thread_start(adopted_main, s, "faultd-adopt") < 0) {
 		dlog(0, "%s: cannot start a thread for it", s->o.name);
 		session_free(s);
-		return;
 	}
-	pthread_detach(t);
 }
 
 /*

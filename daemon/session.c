@@ -28,6 +28,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -603,6 +604,10 @@ int session_run(struct session *s)
 	pthread_mutex_lock(&sessions_lock);
 	s->next = sessions;
 	sessions = s;
+	/* Ordered with sessions_stop_all() by the lock: it sees @s, or @s
+	 * sees it stopping. */
+	if (atomic_load(&stopping))
+		session_stop(s);
 	pthread_mutex_unlock(&sessions_lock);
 	atomic_store(&s->running, true);
 	/* Kept before anything is served: a daemon killed from the first
@@ -697,7 +702,8 @@ bool daemon_stopping(void)
 	return atomic_load(&stopping);
 }
 
-/* Ask every session to end (the daemon is stopping). */
+/* Ask every session to end (the daemon is stopping); one that starts
+ * after this is stopped as it starts (session_run()). */
 void sessions_stop_all(void)
 {
 	atomic_store(&stopping, true);
@@ -705,6 +711,95 @@ void sessions_stop_all(void)
 	for (struct session *s = sessions; s; s = s->next)
 		session_stop(s);
 	pthread_mutex_unlock(&sessions_lock);
+}
+
+/* ------------------------------------------------------------------------
+ * The daemon's detached threads (a session's control loop, a restore that
+ * waits for CRIU, an adopted session): counted, so that the daemon exits
+ * only after they freed what they held. A process that exits under
+ * running threads hands them to its exit path mid-work, and LeakSanitizer
+ * cannot see what the stack of a thread ending during its check holds.
+ */
+
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t threads_cond = PTHREAD_COND_INITIALIZER;
+static unsigned int nr_threads;
+
+struct daemon_thread {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void *daemon_thread_main(void *p)
+{
+	struct daemon_thread d = *(struct daemon_thread *)p;
+
+	free(p);
+	d.fn(d.arg);
+	pthread_mutex_lock(&threads_lock);
+	nr_threads--;
+	pthread_cond_broadcast(&threads_cond);
+	pthread_mutex_unlock(&threads_lock);
+	return NULL;
+}
+
+/*
+ * daemon_thread_start() - run @fn(@arg) on a detached thread named @name,
+ * counted until @fn returns. Returns 0 or -errno (@fn not called: @arg is
+ * still the caller's).
+ */
+int daemon_thread_start(void *(*fn)(void *), void *arg, const char *name)
+{
+	struct daemon_thread *d = malloc(sizeof(*d));
+	pthread_t t;
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	d->fn = fn;
+	d->arg = arg;
+	pthread_mutex_lock(&threads_lock);
+	nr_threads++;
+	pthread_mutex_unlock(&threads_lock);
+	ret = thread_start(&t, daemon_thread_main, d, name);
+	if (ret) {
+		free(d);
+		pthread_mutex_lock(&threads_lock);
+		nr_threads--;
+		pthread_mutex_unlock(&threads_lock);
+		return ret;
+	}
+	pthread_detach(t);
+	return 0;
+}
+
+/*
+ * daemon_threads_wait() - after sessions_stop_all(): wait up to @ms for
+ * every thread of daemon_thread_start() to end. Returns how many still run
+ * (logged: the daemon exits anyway, a stuck peer does not hold it).
+ */
+unsigned int daemon_threads_wait(unsigned int ms)
+{
+	struct timespec until;
+	unsigned int left;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&threads_lock);
+	while (nr_threads &&
+	       pthread_cond_clockwait(&threads_cond, &threads_lock,
+				      CLOCK_MONOTONIC, &until) != ETIMEDOUT)
+		;
+	left = nr_threads;
+	pthread_mutex_unlock(&threads_lock);
+	if (left)
+		dlog(0, "exiting with %u thread(s) still at work", left);
+	return left;
 }
 
 /* ------------------------------------------------------------------------

@@ -285,6 +285,10 @@ int session_record_save(struct session *s);
 void session_record_end(struct session *s);
 void sessions_record_end_all(void);
 void sessions_stop_all(void);
+/* How long a stopping daemon waits for its threads to end. */
+#define THREADS_WAIT_MS 10000
+int daemon_thread_start(void *(*fn)(void *), void *arg, const char *name);
+unsigned int daemon_threads_wait(unsigned int ms);
 void sessions_persist_all(void);
 size_t sessions_count(void);
 bool sessions_left_kept(void);
