@@ -946,12 +946,16 @@ static void ws_record(struct fcd *d, const char *ws, const char *const *args,
 	cr_expect_eq(set.spaces[0].space_id, 0);
 	cr_expect_eq(set.spaces[0].src_size, (uint64_t)st.st_size);
 	cr_expect_eq(set.spaces[0].page_size, page);
+	/* An entry per page that faulted: a second fault on a page finds it
+	 * in (EEXIST), but so may a fault whose range another fault filled
+	 * with zeros a moment before, and that page faulted first. So from
+	 * faults - EEXIST (every EEXIST a second fault) to faults. */
 	cr_assert_gt(set.nr, 0);
-	cr_assert_eq(set.nr, r->faults - r->eexist,
-		     "an entry per first fault: %llu entries, %llu faults, "
-		     "%llu EEXIST", (unsigned long long)set.nr,
-		     (unsigned long long)r->faults,
-		     (unsigned long long)r->eexist);
+	cr_assert(set.nr >= r->faults - r->eexist && set.nr <= r->faults,
+		  "an entry per page that faulted: %llu entries, %llu faults, "
+		  "%llu EEXIST", (unsigned long long)set.nr,
+		  (unsigned long long)r->faults,
+		  (unsigned long long)r->eexist);
 	wset_free(&set);
 }
 
