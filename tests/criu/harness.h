@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/close_range.h>
 
 #include <criterion/criterion.h>
 
@@ -126,7 +127,9 @@ static inline void h_enter_ns(const char *ns)
 
 /*
  * Start argv (NULL-terminated) in @ns with its output in @log; @status_fd,
- * when >= 0, stays open in the child under the same number.
+ * when >= 0, stays open in the child under the same number. Nothing else
+ * of ours is passed on: an inherited descriptor of the test runner (its
+ * shared-memory arena, say) would be dumped by CRIU with the workload.
  */
 static inline pid_t h_spawn(const char *ns, const char *log, int keep_fd,
 			    char *const argv[])
@@ -142,6 +145,8 @@ static inline pid_t h_spawn(const char *ns, const char *log, int keep_fd,
 		h_enter_ns(ns);
 		if (out < 0 || in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 ||
 		    dup2(out, 2) < 0)
+			_exit(126);
+		if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC))
 			_exit(126);
 		if (keep_fd >= 0)
 			fcntl(keep_fd, F_SETFD, 0);
