@@ -6,7 +6,8 @@
  *   faultctl [--socket PATH] status [--json]    one report
  *   faultctl [--socket PATH] watch              a live view, every 200 ms,
  *                                               until no session is left
- *   faultctl [--socket PATH] lazy-pages -D DIR [-W WORKDIR]
+ *   faultctl [--socket PATH] lazy-pages -D DIR [-W WORKDIR] [--verify FILE]
+ *            [--fault-around KIB] [--handlers N]
  *                                               the daemon serves the next
  *                                               criu restore --lazy-pages
  *                                               of DIR (lazy_daemon.c)
@@ -83,28 +84,42 @@ static int abs_path(const char *path, char *out, size_t len)
 	return ret;
 }
 
+/* What lazy-pages asks for: the command line's words. */
+struct lp_req {
+	const char *dir, *workdir, *verify;
+	unsigned int around_kib, handlers;
+};
+
+/* The LAZY_PAGES message of @r into @m, or -errno (said). */
+static int lazy_pages_msg(const struct lp_req *r, struct proto_lazy_pages *m)
+{
+	int ret = abs_path(r->dir, m->dir, sizeof(m->dir));
+
+	if (!ret && r->workdir)
+		ret = abs_path(r->workdir, m->workdir, sizeof(m->workdir));
+	if (!ret && r->verify)
+		ret = abs_path(r->verify, m->verify, sizeof(m->verify));
+	m->around_kib = r->around_kib;
+	m->handlers = r->handlers;
+	proto_init(&m->h, MSG_LAZY_PAGES, sizeof(*m));
+	return ret;
+}
+
 /*
  * lazy-pages: the daemon serves the next criu restore of the dump in
- * @dir on WORKDIR/lazy-pages.socket (@workdir, or @dir). @buf: room for
- * the answer (PROTO_MAX_MSG).
+ * @r->dir on WORKDIR/lazy-pages.socket (@r->workdir, or @r->dir). @buf:
+ * room for the answer (PROTO_MAX_MSG).
  */
-static int lazy_pages(const char *dir, const char *workdir, void *buf)
+static int lazy_pages(const struct lp_req *r, void *buf)
 {
 	struct proto_lazy_pages *m = calloc(1, sizeof(*m));
 	const struct proto_error *e = buf;
 	const struct proto_ack *a = buf;
-	ssize_t n = m ? 0 : -ENOMEM;
-	bool said = false; /* a path's failure, told already */
+	ssize_t n = m ? lazy_pages_msg(r, m) : -ENOMEM;
+	bool said = m && n; /* a path's failure, told already */
 
-	if (m)
-		n = abs_path(dir, m->dir, sizeof(m->dir));
-	if (!n && workdir)
-		n = abs_path(workdir, m->workdir, sizeof(m->workdir));
-	said = m && n;
-	if (!n) {
-		proto_init(&m->h, MSG_LAZY_PAGES, sizeof(*m));
+	if (!n)
 		n = daemon_call(m, buf, PROTO_MAX_MSG);
-	}
 	if (n > 0 && a->h.type == MSG_ACK)
 		printf("faultctl: the daemon serves the restore of %s on "
 		       "%s/lazy-pages.socket (%llu lazy pages)\n", m->dir,
@@ -221,12 +236,19 @@ static int watch(struct proto_status *st)
 	return ret;
 }
 
+static unsigned int number(const char *opt, const char *arg,
+			   unsigned int max)
+{
+	return cmdline_uint("faultctl", opt, arg, 0, max);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: faultctl [--socket PATH] status [--json]\n"
 		   "       faultctl [--socket PATH] watch\n"
 		   "       faultctl [--socket PATH] lazy-pages -D DIR "
-		   "[-W WORKDIR]\n");
+		   "[-W WORKDIR] [--verify FILE]\n"
+		   "                [--fault-around KIB] [--handlers N]\n");
 }
 
 int main(int argc, char **argv)
@@ -236,12 +258,15 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "images-dir", required_argument, NULL, 'D' },
 		{ "work-dir", required_argument, NULL, 'W' },
+		{ "verify", required_argument, NULL, 'V' },
+		{ "fault-around", required_argument, NULL, 'A' },
+		{ "handlers", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
-	const char *dir = NULL, *workdir = NULL;
-	bool json = false;
+	struct lp_req r = { 0 };
+	bool json = false, lp_opt = false;
 	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "s:jhD:W:", longopts, NULL)) !=
@@ -249,8 +274,15 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock_path = optarg; break;
 		case 'j': json = true; break;
-		case 'D': dir = optarg; break;
-		case 'W': workdir = optarg; break;
+		case 'D': r.dir = optarg; break;
+		case 'W': r.workdir = optarg; break;
+		case 'V': r.verify = optarg; lp_opt = true; break;
+		case 'A': r.around_kib = number("fault-around", optarg,
+						PROTO_LP_AROUND_MAX);
+			  lp_opt = true; break;
+		case 'H': r.handlers = number("handlers", optarg,
+					      PROTO_LP_HANDLERS_MAX);
+			  lp_opt = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -259,12 +291,13 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!strcmp(argv[optind], "lazy-pages") != !!dir || (workdir && !dir)) {
+	if (!strcmp(argv[optind], "lazy-pages") != !!r.dir ||
+	    ((r.workdir || lp_opt) && !r.dir)) {
 		usage(stderr);
 		return 2;
 	}
-	if (dir) {
-		ret = lazy_pages(dir, workdir, st);
+	if (r.dir) {
+		ret = lazy_pages(&r, st);
 	} else if (!strcmp(argv[optind], "watch")) {
 		ret = watch(st);
 	} else if (!strcmp(argv[optind], "status")) {
@@ -277,7 +310,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (ret < 0 && !dir)
+	if (ret < 0 && !r.dir)
 		fprintf(stderr, "faultctl: %s\n", strerror(-ret));
 	free(st);
 	return ret < 0 ? 1 : 0;

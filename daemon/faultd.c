@@ -179,17 +179,7 @@ int daemon_listen(const char *path, int type)
 unsigned int daemon_parse_uint(const char *opt, const char *arg,
 			       unsigned int min, unsigned int max)
 {
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(arg, &end, 10);
-	if (*arg < '0' || *arg > '9' || *end || errno || v < min || v > max) {
-		fprintf(stderr, "faultd: --%s: '%s' is not a number from %u "
-			"to %u\n", opt, arg, min, max);
-		exit(2);
-	}
-	return (unsigned int)v;
+	return cmdline_uint("faultd", opt, arg, min, max);
 }
 
 static void usage(FILE *f)

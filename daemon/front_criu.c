@@ -50,8 +50,8 @@
 #include "front_criu.h"
 
 #define RSTF 0x52535446u	/* "ReSTore Finished" (CRIU's uffd.c) */
-#define BLOB_VERSION 2	/* 2: the dump's folder */
-#define TASKS_MAX 1700		/* as fits the record's blob */
+#define BLOB_VERSION 2	/* 2: the dump's folder and --verify file */
+#define TASKS_MAX 1400		/* as fits the record's blob */
 #define ANCESTORS_MAX 64
 
 struct criu_fe {
@@ -72,6 +72,7 @@ struct criu_blob {
 	uint32_t zombies;
 	uint32_t nr_pids;
 	char dir[sizeof(((struct lazy_pages *)0)->dir)]; /* the dump's */
+	char verify[sizeof(((struct lazy_pages *)0)->verify)]; /* "": none */
 	int32_t pid[TASKS_MAX];
 };
 
@@ -558,6 +559,7 @@ static size_t criu_save(struct session *s, void *blob, size_t max)
 	b->zombies = f->zombies;
 	b->nr_pids = f->nr_pids;
 	memcpy(b->dir, f->lp->dir, sizeof(b->dir));
+	memcpy(b->verify, f->lp->verify, sizeof(b->verify));
 	memcpy(b->pid, f->pid, f->nr_pids * sizeof(b->pid[0]));
 	return len;
 }
@@ -626,9 +628,10 @@ static int adopt_lp(struct session *s, const struct criu_blob *b,
 		*lpp = lp_ctx;
 		return 0;
 	}
-	if (!memchr(b->dir, '\0', sizeof(b->dir)))
+	if (!memchr(b->dir, '\0', sizeof(b->dir)) ||
+	    !memchr(b->verify, '\0', sizeof(b->verify)))
 		return -EBADMSG;
-	ret = lazy_daemon_open(b->dir, lpp, why, sizeof(why));
+	ret = lazy_daemon_open(b->dir, b->verify, lpp, why, sizeof(why));
 	if (ret)
 		dlog(0, "%s: %s", s->o.name, why);
 	return ret;
@@ -712,6 +715,7 @@ int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 	struct criu_fe *f = fe_new(lp, sock);
 	struct session *s = NULL;
 	int ret = f ? session_create(&o, NULL, NULL, &s) : -ENOMEM;
+	char around[32] = "default";
 
 	if (ret) {
 		free(f);
@@ -723,8 +727,11 @@ int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 	s->uid = uid;
 	s->pid = pid;
 	fe_attach(s, f, sock);
-	dlog(1, "%s: criu restore %d (uid %u) connected", s->o.name, (int)pid,
-	     (unsigned int)uid);
+	if (s->o.around)
+		snprintf(around, sizeof(around), "%zu KiB", s->o.around >> 10);
+	dlog(1, "%s: criu restore %d (uid %u) connected: %u handlers, "
+	     "fault-around %s, pages %schecked", s->o.name, (int)pid,
+	     (unsigned int)uid, s->nr_handlers, around, lp->sums ? "" : "not ");
 	ret = session_run(s);
 	session_free(s);
 	return ret;

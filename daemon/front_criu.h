@@ -27,6 +27,7 @@ struct criu_sums;
  */
 struct lazy_pages {
 	char dir[1024];		/* -D, absolute: kept for a restart */
+	char verify[1024];	/* --verify, absolute; "": none (the daemon's) */
 	struct criu_dump *dump;	/* -D, opened and checked at the start */
 	struct criu_ps *ps;	/* --page-server: the data from there */
 	struct criu_sums *sums;	/* --verify: every page checked */
@@ -50,8 +51,8 @@ int lazy_pages_accept(int ls, int stop_fd, bool (*stopped)(int fd),
 		      struct ucred *cr);
 
 /* lazy_daemon.c - the daemon's restores, asked for with faultctl */
-int lazy_daemon_open(const char *dir, struct lazy_pages **lpp, char *why,
-		     size_t why_len);
+int lazy_daemon_open(const char *dir, const char *verify,
+		     struct lazy_pages **lpp, char *why, size_t why_len);
 void lazy_daemon_free(struct lazy_pages *lp);
 void lazy_daemon_asked(int sock, const struct peer *peer,
 		       const struct proto_lazy_pages *m);

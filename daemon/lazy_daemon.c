@@ -47,29 +47,47 @@ static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
 static unsigned int nr_waiting;		/* under wait_lock */
 static int stop_fd = -1;		/* eventfd, made at the first request */
 
+/* Is @path absolute and shorter than @max? Else -EINVAL with *why. */
+static int abs_path_ok(const char *path, size_t max, char *why,
+		       size_t why_len)
+{
+	if (path[0] == '/' && strlen(path) < max)
+		return 0;
+	return criu_why(why, why_len, -EINVAL, "%s: not an absolute path of "
+			"at most %zu bytes", path, max - 1);
+}
+
 /*
  * lazy_daemon_open() - one restore's struct lazy_pages, of the dump in
- * folder @dir (absolute): opened and checked, or -errno with *why.
+ * folder @dir (absolute), its pages checked against the --sum sidecar
+ * @verify (absolute; "": none): opened and checked, or -errno with *why.
  */
-int lazy_daemon_open(const char *dir, struct lazy_pages **lpp, char *why,
-		     size_t why_len)
+int lazy_daemon_open(const char *dir, const char *verify,
+		     struct lazy_pages **lpp, char *why, size_t why_len)
 {
-	struct lazy_pages *lp;
-	int ret;
+	struct lazy_pages *lp = calloc(1, sizeof(*lp));
+	int ret = lp ? abs_path_ok(dir, sizeof(lp->dir), why, why_len)
+		     : criu_why(why, why_len, -ENOMEM, "out of memory");
 
-	if (dir[0] != '/' || strlen(dir) >= sizeof(lp->dir))
-		return criu_why(why, why_len, -EINVAL, "%s: not an absolute "
-				"path of at most %zu bytes", dir,
-				sizeof(lp->dir) - 1);
-	lp = calloc(1, sizeof(*lp));
-	if (!lp)
-		return criu_why(why, why_len, -ENOMEM, "out of memory");
+	if (!ret && verify[0])
+		ret = abs_path_ok(verify, sizeof(lp->verify), why, why_len);
+	if (ret) {
+		free(lp);
+		return ret;
+	}
 	strcpy(lp->dir, dir);
+	strcpy(lp->verify, verify);
 	lp->done_fd = -1;
 	lp->one_restore = true;
 	ret = criu_dump_open(dir, &lp->dump, why, why_len);
+	if (!ret && verify[0]) {
+		ret = criu_sums_load(verify, &lp->sums, why, why_len);
+		if (!ret)
+			ret = criu_dump_sums_match(lp->dump, lp->sums, why,
+						   why_len);
+	}
 	if (ret) {
-		free(lp);
+		lazy_daemon_free(lp);
 		return ret;
 	}
 	*lpp = lp;
@@ -78,7 +96,10 @@ int lazy_daemon_open(const char *dir, struct lazy_pages **lpp, char *why,
 
 void lazy_daemon_free(struct lazy_pages *lp)
 {
-	criu_dump_close(lp->dump);
+	if (lp->sums)
+		criu_sums_free(lp->sums);
+	if (lp->dump)
+		criu_dump_close(lp->dump);
 	free(lp);
 }
 
@@ -226,16 +247,26 @@ void lazy_daemon_asked(int sock, const struct peer *peer,
 		ret = criu_why(why, sizeof(why), -EPERM, "only root or uid %u "
 			       "may have this daemon serve a restore",
 			       (unsigned int)geteuid());
-	else if (m->flags)
+	else if (m->flags || m->reserved)
 		ret = criu_why(why, sizeof(why), -EINVAL, "unknown flags %#x",
-			       m->flags);
+			       m->flags | m->reserved);
+	else if (m->around_kib > PROTO_LP_AROUND_MAX ||
+		 m->handlers > PROTO_LP_HANDLERS_MAX)
+		ret = criu_why(why, sizeof(why), -EINVAL, "fault-around %u KiB"
+			       " (at most %u), %u handlers (at most %u)",
+			       m->around_kib, PROTO_LP_AROUND_MAX, m->handlers,
+			       PROTO_LP_HANDLERS_MAX);
 	else if (!terminated(m->dir, sizeof(m->dir)) ||
-		 !terminated(m->workdir, sizeof(m->workdir)))
+		 !terminated(m->workdir, sizeof(m->workdir)) ||
+		 !terminated(m->verify, sizeof(m->verify)))
 		ret = criu_why(why, sizeof(why), -EINVAL,
 			       "a path is not NUL-terminated");
 	if (!ret)
-		ret = lazy_daemon_open(m->dir, &lp, why, sizeof(why));
+		ret = lazy_daemon_open(m->dir, m->verify, &lp, why,
+				       sizeof(why));
 	if (!ret) {
+		lp->around = (size_t)m->around_kib << 10;
+		lp->handlers = m->handlers;
 		ack.pages_total = lazy_pages_of(lp);
 		ret = start_waiting(m, lp, why, sizeof(why));
 		if (ret)

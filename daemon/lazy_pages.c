@@ -97,17 +97,7 @@ static void usage(FILE *f)
 
 static unsigned int number(const char *opt, const char *arg, unsigned int max)
 {
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(arg, &end, 10);
-	if (*arg < '0' || *arg > '9' || *end || errno || v > max) {
-		fprintf(stderr, "faultd lazy-pages: --%s: '%s' is not a "
-			"number up to %u\n", opt, arg, max);
-		exit(2);
-	}
-	return (unsigned int)v;
+	return cmdline_uint("faultd lazy-pages", opt, arg, 0, max);
 }
 
 static int parse(int argc, char **argv, struct lp_opts *o)
@@ -151,8 +141,9 @@ static int parse(int argc, char **argv, struct lp_opts *o)
 		case 'd': o->daemonize = true; break;
 		case 'P': o->pidfile = optarg; break;
 		case 'A': o->around_kib = number("fault-around", optarg,
-						 2048); break;
-		case 'H': o->handlers = number("handlers", optarg, 4); break;
+						 PROTO_LP_AROUND_MAX); break;
+		case 'H': o->handlers = number("handlers", optarg,
+					       PROTO_LP_HANDLERS_MAX); break;
 		case 'w': o->wset = optarg; break;
 		case 'r': o->record = optarg; break;
 		case 'v':
@@ -215,10 +206,15 @@ static int open_sources(const struct lp_opts *o)
 {
 	char why[512];
 	int ret = criu_dump_open(o->dir, &lp.dump, why, sizeof(why));
+	char *dir = ret ? NULL : realpath(o->dir, NULL);
 
-	if (!ret && !realpath(o->dir, lp.dir))
-		ret = criu_why(why, sizeof(why), -errno, "%s: %s", o->dir,
-			       strerror(errno));
+	if (!ret && (!dir || strlen(dir) >= sizeof(lp.dir)))
+		ret = criu_why(why, sizeof(why), dir ? -ENAMETOOLONG : -errno,
+			       "%s: %s", o->dir,
+			       strerror(dir ? ENAMETOOLONG : errno));
+	if (!ret)
+		strcpy(lp.dir, dir);
+	free(dir);
 
 	if (!ret && o->verify) {
 		ret = criu_sums_load(o->verify, &lp.sums, why, sizeof(why));

@@ -277,6 +277,10 @@ void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
 
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
 
+/* cmdline.c - the command lines of faultd and faultctl */
+unsigned int cmdline_uint(const char *prog, const char *opt, const char *arg,
+			  unsigned int min, unsigned int max);
+
 /* ------------------------------------------------------------------------
  * thread.c - the library's own threads: named, signals blocked.
  */

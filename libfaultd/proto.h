@@ -168,17 +168,23 @@ struct proto_session {
 /*
  * LAZY_PAGES: serve the next `criu restore --lazy-pages` of the CRIU dump
  * in @dir, listening on @workdir/lazy-pages.socket, as `faultd lazy-pages
- * -D DIR -W WORKDIR` would. Absolute paths, NUL-terminated. Root or the
- * daemon's own user only. ACK once the socket listens (session 0,
+ * -D DIR -W WORKDIR [--verify FILE] [--fault-around KIB] [--handlers N]`
+ * would. Absolute paths, NUL-terminated; @verify empty: no check. Root or
+ * the daemon's own user only. ACK once the socket listens (session 0,
  * pages_total: the dump's lazy pages).
  */
 #define PROTO_PATH_MAX 1024
+#define PROTO_LP_AROUND_MAX 2048 /* KiB */
+#define PROTO_LP_HANDLERS_MAX 4
 struct proto_lazy_pages {
 	struct proto_hdr h;
 	uint32_t flags;		/* none yet: 0 */
-	uint32_t reserved;
+	uint32_t around_kib;	/* fault-around; 0: the daemon's */
+	uint32_t handlers;	/* handler threads; 0: the daemon's */
+	uint32_t reserved;	/* 0 */
 	char dir[PROTO_PATH_MAX];
 	char workdir[PROTO_PATH_MAX];
+	char verify[PROTO_PATH_MAX]; /* the --sum sidecar; "": none */
 };
 
 #define PROTO_MAX_SESSIONS                                                     \

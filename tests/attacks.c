@@ -772,6 +772,57 @@ Test(attacks, lazy_pages_is_for_root_and_the_daemons_user)
 	test_daemon_kill(pid, SIGTERM);
 }
 
+/* LAZY_PAGES @m as root: the errno of the ERROR it gets (0: ACK). */
+static int lazy_pages_send(struct proto_lazy_pages *m)
+{
+	struct proto_error *e = calloc(1, PROTO_MAX_MSG);
+	int s = -1, ret;
+
+	cr_assert(e);
+	cr_assert_eq(hello_on(sock, &s), 0);
+	proto_init(&m->h, MSG_LAZY_PAGES, sizeof(*m));
+	cr_assert_gt(proto_call(s, m, NULL, 0, e, PROTO_MAX_MSG), 0);
+	close(s);
+	ret = e->h.type == MSG_ERROR ? e->err : e->h.type == MSG_ACK ? 0 : 1;
+	free(e);
+	return ret;
+}
+
+/*
+ * Malformed LAZY_PAGES of a caller that may ask: each refused with
+ * EINVAL before any dump is read or socket made; the daemon serves on.
+ */
+Test(attacks, lazy_pages_malformed)
+{
+	struct proto_lazy_pages *m = calloc(1, sizeof(*m));
+	char path[512];
+	struct stat st;
+	pid_t pid;
+
+	cr_assert(m);
+	pid = daemon_up(NULL);
+	for (int i = 0; i < 7; i++) {
+		memset(m, 0, sizeof(*m));
+		snprintf(m->dir, sizeof(m->dir), "%s", dir);
+		switch (i) {
+		case 0: m->flags = 1; break;
+		case 1: m->reserved = 1; break;
+		case 2: m->handlers = PROTO_LP_HANDLERS_MAX + 1; break;
+		case 3: m->around_kib = PROTO_LP_AROUND_MAX + 1; break;
+		case 4: memset(m->verify, 'v', sizeof(m->verify)); break;
+		case 5: snprintf(m->verify, sizeof(m->verify), "rel/sums");
+			break;
+		case 6: snprintf(m->dir, sizeof(m->dir), "rel/dump"); break;
+		}
+		cr_expect_eq(lazy_pages_send(m), -EINVAL, "case %d", i);
+	}
+	snprintf(path, sizeof(path), "%s/lazy-pages.socket", dir);
+	cr_expect_neq(stat(path, &st), 0, "a socket was made");
+	cr_expect_eq(status_as(NULL)->n, 0, "the daemon does not answer");
+	free(m);
+	test_daemon_kill(pid, SIGTERM);
+}
+
 /* ------------------------------------------------------------------------
  * Refusals used to be sent before HELLO was read: EPIPE or ECONNRESET.
  */

@@ -1158,40 +1158,56 @@ Test(criu, faultd_bad_images)
 
 /* ---- --verify: pages checked against the --sum sidecar ---- */
 
-Test(criu, faultd_verify_poisons)
+/*
+ * The --sum sidecar of dump @d, made (a usage error first: no -D); then
+ * one page of pages-1.img goes bad, as if after the sidecar was made.
+ */
+static void sum_then_spoil(const char *d)
 {
 	char p[256], page[4096];
-	struct h_task t;
-	pid_t lp;
-	int fd, st;
+	int fd;
 
-	h_workload(&t, NULL, 8, 59, "basic");
-	h_dump(&t, NULL, "d");
 	snprintf(p, sizeof(p), "lazy-pages --sum");
 	cr_assert_eq(h_run(NULL, h_path("sum.out"),
 			   h_words(getenv("FAULTD"), p)), 2,
 		     "--sum without -D is a usage error");
-	snprintf(p, sizeof(p), "lazy-pages --sum -D %s", h_path("d"));
+	snprintf(p, sizeof(p), "lazy-pages --sum -D %s", h_path(d));
 	cr_assert_eq(h_run(NULL, h_path("sum.out"),
 			   h_words(getenv("FAULTD"), p)), 0);
-	/* One page of pages-1.img goes bad after the sidecar was made. */
-	snprintf(p, sizeof(p), "%s/pages-1.img", h_path("d"));
+	snprintf(p, sizeof(p), "%s/pages-1.img", h_path(d));
 	fd = open(p, O_RDWR);
 	cr_assert(fd >= 0);
 	cr_assert_eq(pread(fd, page, sizeof(page), 4096 * 100), 4096);
 	page[17] ^= 0x40;
 	cr_assert_eq(pwrite(fd, page, sizeof(page), 4096 * 100), 4096);
 	close(fd);
+}
+
+/* The bad page is poisoned: reading it kills the workload with SIGBUS,
+ * never with a wrong byte seen. */
+static void dies_of_the_bad_page(const struct h_task *t)
+{
+	int st;
+
+	cr_assert_eq(kill(t->pid, SIGUSR1), 0);
+	st = h_wait(t->pid, H_DEADLINE_MS);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+		  "the workload: status %#x, not SIGBUS", st);
+}
+
+Test(criu, faultd_verify_poisons)
+{
+	struct h_task t;
+	pid_t lp;
+
+	h_workload(&t, NULL, 8, 59, "basic");
+	h_dump(&t, NULL, "d");
+	sum_then_spoil("d");
 	lp = h_faultd_bg(NULL, "-D %s --verify %s/faultd-pages.crc32c",
 			 h_path("d"), h_path("d"));
 	cr_assert(lp > 0, "see %s", h_path("faultd.out"));
 	cr_assert_eq(restore(NULL, "d"), 0);
-	/* The bad page is poisoned: reading it kills the process with
-	 * SIGBUS, never with a wrong byte seen. */
-	cr_assert_eq(kill(t.pid, SIGUSR1), 0);
-	st = h_wait(t.pid, H_DEADLINE_MS);
-	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
-		  "the workload: status %#x, not SIGBUS", st);
+	dies_of_the_bad_page(&t);
 	faultd_exits(lp, 1);
 	cr_assert(h_faultd_said("poisoned"), "see %s", h_path("faultd.out"));
 	cr_assert(h_faultd_said("restore incomplete"));
@@ -1504,16 +1520,22 @@ static pid_t daemon_start(void)
 	return pid;
 }
 
-/* faultctl lazy-pages -D @d (a folder of the scratch one); exit code. */
-static int faultctl_lazy(const char *d)
+/* faultctl lazy-pages -D @d (a folder of the scratch one) and the words
+ * @more; its exit code. */
+static int faultctl_lazy_with(const char *d, const char *more)
 {
-	static char line[512];
+	static char line[1024];
 
 	cr_assert(getenv("FAULTCTL"), "FAULTCTL not set (run through meson)");
-	snprintf(line, sizeof(line), "--socket %s lazy-pages -D %s",
-		 h_path("fd.sock"), h_path(d));
+	snprintf(line, sizeof(line), "--socket %s lazy-pages -D %s %s",
+		 h_path("fd.sock"), h_path(d), more);
 	return h_run(NULL, h_path("faultctl.out"),
 		     h_words(getenv("FAULTCTL"), line));
+}
+
+static int faultctl_lazy(const char *d)
+{
+	return faultctl_lazy_with(d, "");
 }
 
 /* Tell @t to go; its exit must be 0 (every byte right). */
@@ -1646,6 +1668,45 @@ Test(criu, daemon_kill_restart, .fini = daemon_fini)
 			  h_path("daemon.out"));
 	go_and_wait(&t);
 	daemon_idle();
+	daemon_stop(d);
+}
+
+/*
+ * The options of faultd lazy-pages, asked of the daemon: --verify poisons
+ * the page that went bad after the sidecar was made, --handlers and
+ * --fault-around reach the session; bad values and a missing sidecar are
+ * refused with their reasons, before any restore.
+ */
+Test(criu, daemon_verify_and_options, .fini = daemon_fini)
+{
+	char more[512];
+	struct h_task t;
+	pid_t d;
+
+	h_workload(&t, NULL, 8, 74, "basic");
+	h_dump(&t, NULL, "d");
+	sum_then_spoil("d");
+	d = daemon_start();
+	cr_assert_eq(faultctl_lazy_with("d", "--handlers 5"), 2);
+	cr_assert(h_file_says("faultctl.out", "'5' is not a number from 0 "
+			      "to 4"), "see %s", h_path("faultctl.out"));
+	cr_assert_eq(faultctl_lazy_with("d", "--fault-around 4096"), 2);
+	snprintf(more, sizeof(more), "--verify %s", h_path("d/inventory.img"));
+	cr_assert_eq(faultctl_lazy_with("d", more), 1);
+	cr_assert(h_file_says("faultctl.out", "inventory.img"), "see %s",
+		  h_path("faultctl.out"));
+	snprintf(more, sizeof(more), "--verify %s/faultd-pages.crc32c "
+		 "--handlers 3 --fault-around 128", h_path("d"));
+	cr_assert_eq(faultctl_lazy_with("d", more), 0, "see %s",
+		     h_path("faultctl.out"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	dies_of_the_bad_page(&t);
+	daemon_idle();
+	cr_assert(h_file_says("daemon.out", "connected: 3 handlers, "
+			      "fault-around 128 KiB, pages checked"),
+		  "see %s", h_path("daemon.out"));
+	cr_assert(h_file_says("daemon.out", "restore incomplete"), "see %s",
+		  h_path("daemon.out"));
 	daemon_stop(d);
 }
 
