@@ -8,6 +8,7 @@
  *                                               until no session is left
  *   faultctl [--socket PATH] lazy-pages -D DIR [-W WORKDIR] [--verify FILE]
  *            [--fault-around KIB] [--handlers N]
+ *            [--working-set FILE | --record-working-set FILE]
  *                                               the daemon serves the next
  *                                               criu restore --lazy-pages
  *                                               of DIR (lazy_daemon.c)
@@ -22,6 +23,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,9 +86,40 @@ static int abs_path(const char *path, char *out, size_t len)
 	return ret;
 }
 
+/*
+ * The absolute form of @path, a file that may not exist yet (its folder
+ * must), into @out (@len bytes), or -errno (said).
+ */
+static int abs_new_path(const char *path, char *out, size_t len)
+{
+	char *d = strdup(path), *b = strdup(path);
+	const char *base = b ? basename(b) : "";
+	int ret = d && b ? 0 : -ENOMEM;
+
+	if (!ret && (!strcmp(base, ".") || !strcmp(base, "..") ||
+		     !strcmp(base, "/")))
+		ret = -EISDIR;
+	if (!ret)
+		ret = abs_path(dirname(d), out, len);
+	else
+		fprintf(stderr, "faultctl: %s: %s\n", path, strerror(-ret));
+	if (!ret && strlen(out) + 1 + strlen(base) >= len) {
+		ret = -ENAMETOOLONG;
+		fprintf(stderr, "faultctl: %s: %s\n", path, strerror(-ret));
+	}
+	if (!ret) {
+		if (strcmp(out, "/"))
+			strcat(out, "/");
+		strcat(out, base);
+	}
+	free(d);
+	free(b);
+	return ret;
+}
+
 /* What lazy-pages asks for: the command line's words. */
 struct lp_req {
-	const char *dir, *workdir, *verify;
+	const char *dir, *workdir, *verify, *wset, *record;
 	unsigned int around_kib, handlers;
 };
 
@@ -99,6 +132,10 @@ static int lazy_pages_msg(const struct lp_req *r, struct proto_lazy_pages *m)
 		ret = abs_path(r->workdir, m->workdir, sizeof(m->workdir));
 	if (!ret && r->verify)
 		ret = abs_path(r->verify, m->verify, sizeof(m->verify));
+	if (!ret && r->wset)
+		ret = abs_path(r->wset, m->wset, sizeof(m->wset));
+	if (!ret && r->record)
+		ret = abs_new_path(r->record, m->record, sizeof(m->record));
 	m->around_kib = r->around_kib;
 	m->handlers = r->handlers;
 	proto_init(&m->h, MSG_LAZY_PAGES, sizeof(*m));
@@ -248,7 +285,9 @@ static void usage(FILE *f)
 		   "       faultctl [--socket PATH] watch\n"
 		   "       faultctl [--socket PATH] lazy-pages -D DIR "
 		   "[-W WORKDIR] [--verify FILE]\n"
-		   "                [--fault-around KIB] [--handlers N]\n");
+		   "                [--fault-around KIB] [--handlers N]\n"
+		   "                [--working-set FILE | "
+		   "--record-working-set FILE]\n");
 }
 
 int main(int argc, char **argv)
@@ -261,6 +300,8 @@ int main(int argc, char **argv)
 		{ "verify", required_argument, NULL, 'V' },
 		{ "fault-around", required_argument, NULL, 'A' },
 		{ "handlers", required_argument, NULL, 'H' },
+		{ "working-set", required_argument, NULL, 'w' },
+		{ "record-working-set", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -283,6 +324,8 @@ int main(int argc, char **argv)
 		case 'H': r.handlers = number("handlers", optarg,
 					      PROTO_LP_HANDLERS_MAX);
 			  lp_opt = true; break;
+		case 'w': r.wset = optarg; lp_opt = true; break;
+		case 'r': r.record = optarg; lp_opt = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -292,7 +335,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!strcmp(argv[optind], "lazy-pages") != !!r.dir ||
-	    ((r.workdir || lp_opt) && !r.dir)) {
+	    ((r.workdir || lp_opt) && !r.dir) || (r.wset && r.record)) {
 		usage(stderr);
 		return 2;
 	}

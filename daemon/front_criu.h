@@ -34,6 +34,8 @@ struct lazy_pages {
 	size_t around;		/* --fault-around, bytes (0: the engine's) */
 	const char *wset;	/* --working-set, checked; NULL: none */
 	const char *record;	/* --record-working-set; NULL: none */
+	char wset_buf[1024];	/* the daemon's: what wset points to */
+	char record_buf[1024];	/* the daemon's: what record points to */
 	unsigned int handlers;	/* --handlers (0: the engine's) */
 	int done_fd;		/* eventfd: a session ended; -1: none */
 	bool one_restore;	/* the daemon's: freed as its session ends */

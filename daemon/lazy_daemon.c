@@ -230,6 +230,66 @@ static bool terminated(const char *s, size_t len)
 	return memchr(s, '\0', len) != NULL;
 }
 
+/* Is every path of @m NUL-terminated, and each one given absolute? */
+static int paths_ok(const struct proto_lazy_pages *m, char *why,
+		    size_t why_len)
+{
+	const char *const paths[] = { m->dir, m->workdir, m->verify,
+				      m->wset, m->record };
+	int ret = 0;
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		if (!terminated(paths[i], PROTO_PATH_MAX))
+			return criu_why(why, why_len, -EINVAL,
+					"a path is not NUL-terminated");
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !ret; i++)
+		if (i == 0 || paths[i][0])
+			ret = abs_path_ok(paths[i], PROTO_PATH_MAX, why,
+					  why_len);
+	return ret;
+}
+
+/* What request @m of @peer asks for, checked before anything is opened. */
+static int request_ok(const struct peer *peer,
+		      const struct proto_lazy_pages *m, char *why,
+		      size_t why_len)
+{
+	if (peer->uid != 0 && peer->uid != geteuid())
+		return criu_why(why, why_len, -EPERM, "only root or uid %u "
+				"may have this daemon serve a restore",
+				(unsigned int)geteuid());
+	if (m->flags || m->reserved)
+		return criu_why(why, why_len, -EINVAL, "unknown flags %#x",
+				m->flags | m->reserved);
+	if (m->around_kib > PROTO_LP_AROUND_MAX ||
+	    m->handlers > PROTO_LP_HANDLERS_MAX)
+		return criu_why(why, why_len, -EINVAL, "fault-around %u KiB "
+				"(at most %u), %u handlers (at most %u)",
+				m->around_kib, PROTO_LP_AROUND_MAX,
+				m->handlers, PROTO_LP_HANDLERS_MAX);
+	if (m->wset[0] && m->record[0])
+		return criu_why(why, why_len, -EINVAL, "a working set to "
+				"replay and one to record: not both (a "
+				"replayed page never faults)");
+	return paths_ok(m, why, why_len);
+}
+
+/*
+ * The working set @m asks @lp's restore to replay (checked against the
+ * dump), or to record, if any. Returns 0, or -errno with *why.
+ */
+static int wset_asked(struct lazy_pages *lp, const struct proto_lazy_pages *m,
+		      char *why, size_t why_len)
+{
+	int ret = 0;
+
+	if (m->wset[0] && !(ret = criu_wset_check(lp, m->wset, why, why_len)))
+		lp->wset = strcpy(lp->wset_buf, m->wset);
+	if (m->record[0])
+		lp->record = strcpy(lp->record_buf, m->record);
+	return ret;
+}
+
 /*
  * lazy_daemon_asked() - LAZY_PAGES @m came from @peer on @sock: start
  * serving the restore, and answer ACK or ERROR (why). Context: the
@@ -241,29 +301,13 @@ void lazy_daemon_asked(int sock, const struct peer *peer,
 	struct proto_ack ack = { .session = 0 };
 	struct lazy_pages *lp = NULL;
 	char why[512];
-	int ret = 0;
+	int ret = request_ok(peer, m, why, sizeof(why));
 
-	if (peer->uid != 0 && peer->uid != geteuid())
-		ret = criu_why(why, sizeof(why), -EPERM, "only root or uid %u "
-			       "may have this daemon serve a restore",
-			       (unsigned int)geteuid());
-	else if (m->flags || m->reserved)
-		ret = criu_why(why, sizeof(why), -EINVAL, "unknown flags %#x",
-			       m->flags | m->reserved);
-	else if (m->around_kib > PROTO_LP_AROUND_MAX ||
-		 m->handlers > PROTO_LP_HANDLERS_MAX)
-		ret = criu_why(why, sizeof(why), -EINVAL, "fault-around %u KiB"
-			       " (at most %u), %u handlers (at most %u)",
-			       m->around_kib, PROTO_LP_AROUND_MAX, m->handlers,
-			       PROTO_LP_HANDLERS_MAX);
-	else if (!terminated(m->dir, sizeof(m->dir)) ||
-		 !terminated(m->workdir, sizeof(m->workdir)) ||
-		 !terminated(m->verify, sizeof(m->verify)))
-		ret = criu_why(why, sizeof(why), -EINVAL,
-			       "a path is not NUL-terminated");
 	if (!ret)
 		ret = lazy_daemon_open(m->dir, m->verify, &lp, why,
 				       sizeof(why));
+	if (!ret && (ret = wset_asked(lp, m, why, sizeof(why))))
+		lazy_daemon_free(lp);
 	if (!ret) {
 		lp->around = (size_t)m->around_kib << 10;
 		lp->handlers = m->handlers;

@@ -168,10 +168,11 @@ struct proto_session {
 /*
  * LAZY_PAGES: serve the next `criu restore --lazy-pages` of the CRIU dump
  * in @dir, listening on @workdir/lazy-pages.socket, as `faultd lazy-pages
- * -D DIR -W WORKDIR [--verify FILE] [--fault-around KIB] [--handlers N]`
- * would. Absolute paths, NUL-terminated; @verify empty: no check. Root or
- * the daemon's own user only. ACK once the socket listens (session 0,
- * pages_total: the dump's lazy pages).
+ * -D DIR -W WORKDIR [--verify FILE] [--fault-around KIB] [--handlers N]
+ * [--working-set FILE | --record-working-set FILE]` would. Absolute paths,
+ * NUL-terminated; an empty one: not asked for. Root or the daemon's own
+ * user only. ACK once the socket listens (session 0, pages_total: the
+ * dump's lazy pages).
  */
 #define PROTO_PATH_MAX 1024
 #define PROTO_LP_AROUND_MAX 2048 /* KiB */
@@ -185,6 +186,8 @@ struct proto_lazy_pages {
 	char dir[PROTO_PATH_MAX];
 	char workdir[PROTO_PATH_MAX];
 	char verify[PROTO_PATH_MAX]; /* the --sum sidecar; "": none */
+	char wset[PROTO_PATH_MAX];   /* a working set to replay; "": none */
+	char record[PROTO_PATH_MAX]; /* where to record one; "": none */
 };
 
 #define PROTO_MAX_SESSIONS                                                     \

@@ -801,7 +801,7 @@ Test(attacks, lazy_pages_malformed)
 
 	cr_assert(m);
 	pid = daemon_up(NULL);
-	for (int i = 0; i < 7; i++) {
+	for (int i = 0; i < 9; i++) {
 		memset(m, 0, sizeof(*m));
 		snprintf(m->dir, sizeof(m->dir), "%s", dir);
 		switch (i) {
@@ -813,6 +813,11 @@ Test(attacks, lazy_pages_malformed)
 		case 5: snprintf(m->verify, sizeof(m->verify), "rel/sums");
 			break;
 		case 6: snprintf(m->dir, sizeof(m->dir), "rel/dump"); break;
+		case 7: snprintf(m->wset, sizeof(m->wset), "/a.ws");
+			snprintf(m->record, sizeof(m->record), "/b.ws");
+			break;
+		case 8: snprintf(m->record, sizeof(m->record), "rel.ws");
+			break;
 		}
 		cr_expect_eq(lazy_pages_send(m), -EINVAL, "case %d", i);
 	}

@@ -1614,14 +1614,9 @@ Test(criu, daemon_two_restores, .fini = daemon_fini)
  * or -1 if no daemon said. */
 static int kept_entries(void)
 {
-	static char buf[1 << 20];
-	const char *key = " entries", *p, *last = NULL;
-	int fd = open(h_path("daemon.out"), O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	const char *buf = h_file_read("daemon.out"), *key = " entries", *p;
+	const char *last = NULL;
 
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
 	for (p = buf; (p = strstr(p, key)); p++)
 		last = p;
 	if (!last)
@@ -1715,14 +1710,7 @@ Test(criu, daemon_verify_and_options, .fini = daemon_fini)
 /* faultd.out, whole (the runs of a test append to it). */
 static char *faultd_out(void)
 {
-	static char buf[1 << 20];
-	int fd = open(h_path("faultd.out"), O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return buf;
+	return h_file_read("faultd.out");
 }
 
 /* The counters of the last run's status line ("all in: ..."). */
@@ -1730,13 +1718,13 @@ struct ws_counts {
 	uint64_t urgent, pushed, zero, replayed, faults;
 };
 
-static void ws_counts(struct ws_counts *c)
+static void ws_counts_of(const char *file, struct ws_counts *c)
 {
-	const char *out = faultd_out(), *l = NULL, *p;
+	const char *out = h_file_read(file), *l = NULL, *p;
 
 	for (p = out; (p = strstr(p, "faultd lazy-pages: all in: ")); p++)
 		l = p;
-	cr_assert(l, "no status line in %s", h_path("faultd.out"));
+	cr_assert(l, "no status line in %s", h_path(file));
 	cr_assert_eq(sscanf(strstr(l, "pages in ("), "pages in (%" SCNu64
 			    " for faults, %" SCNu64 " pushed, %" SCNu64
 			    " zero; %" SCNu64 " replayed)", &c->urgent,
@@ -1746,13 +1734,14 @@ static void ws_counts(struct ws_counts *c)
 			    " faults", &c->faults), 1, "%.200s", l);
 }
 
-/* Wait until faultd.out says @what. */
-static void wait_said(const char *what)
+/* Wait until @file of the scratch folder says @what. */
+static void wait_said_in(const char *file, const char *what)
 {
 	uint64_t end = h_now_ns() + H_DEADLINE_MS * 1000000ull;
 
-	while (!strstr(faultd_out(), what)) {
-		cr_assert(h_now_ns() < end, "faultd did not say \"%s\"", what);
+	while (!h_file_says(file, what)) {
+		cr_assert(h_now_ns() < end, "%s does not say \"%s\"",
+			  h_path(file), what);
 		usleep(1000);
 	}
 }
@@ -1775,10 +1764,27 @@ static void ws_restore(struct h_task *t, const char *flags, const char *wait,
 	unlink(h_path("result"));
 	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
 	if (wait)
-		wait_said(wait);
+		wait_said_in("faultd.out", wait);
 	h_go_and_check(t, line, sizeof(line));
 	faultd_exits(lp, 0);
-	ws_counts(c);
+	ws_counts_of("faultd.out", c);
+}
+
+/* ws_restore(), the restore asked of the daemon (daemon_start()). */
+static void ws_restore_daemon(struct h_task *t, const char *flags,
+			      const char *wait, struct ws_counts *c)
+{
+	char line[512];
+
+	cr_assert_eq(faultctl_lazy_with("d", flags), 0, "see %s",
+		     h_path("faultctl.out"));
+	unlink(h_path("result"));
+	cr_assert_eq(restore(NULL, "d"), 0, "see %s", h_path("d/rst.log"));
+	if (wait)
+		wait_said_in("daemon.out", wait);
+	h_go_and_check(t, line, sizeof(line));
+	daemon_idle();
+	ws_counts_of("daemon.out", c);
 }
 
 /*
@@ -1810,6 +1816,29 @@ static uint64_t ws_check_set(const struct h_task *t, const char *path)
 	return part;
 }
 
+/*
+ * The replay @rep of the set recorded by @rec, @part pages the workload
+ * checked: the set's pages came in before the workload ran, and it faulted
+ * on few of them.
+ */
+static void ws_replay_saved(const struct ws_counts *rec,
+			    const struct ws_counts *rep, uint64_t part)
+{
+	cr_assert_geq(rep->replayed, part);
+	cr_assert_leq(rep->faults, rec->faults - part,
+		      "the replayed restore faulted %llu times, the recorded "
+		      "one %llu (%llu on the pages the workload checked)",
+		      (unsigned long long)rep->faults,
+		      (unsigned long long)rec->faults,
+		      (unsigned long long)part);
+	cr_assert_leq(rep->faults * 20, part, "more than 5 %% of the set's "
+		      "pages faulted");
+	cr_log_info("recorded: %llu faults (%llu checked pages); replayed: "
+		    "%llu pages, %llu faults", (unsigned long long)rec->faults,
+		    (unsigned long long)part, (unsigned long long)rep->replayed,
+		    (unsigned long long)rep->faults);
+}
+
 Test(criu, faultd_working_set)
 {
 	struct ws_counts rec, rep;
@@ -1829,19 +1858,42 @@ Test(criu, faultd_working_set)
 	/* Replayed after RSTF; the workload goes once it is in. */
 	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
 	ws_restore(&t, flags, "working set replayed", &rep);
-	cr_assert_geq(rep.replayed, part);
-	cr_assert_leq(rep.faults, rec.faults - part,
-		      "the replayed restore faulted %llu times, the recorded "
-		      "one %llu (%llu on the pages the workload checked)",
-		      (unsigned long long)rep.faults,
-		      (unsigned long long)rec.faults,
-		      (unsigned long long)part);
-	cr_assert_leq(rep.faults * 20, part, "more than 5 %% of the set's "
-		      "pages faulted");
-	cr_log_info("recorded: %llu faults (%llu checked pages); replayed: "
-		    "%llu pages, %llu faults", (unsigned long long)rec.faults,
-		    (unsigned long long)part, (unsigned long long)rep.replayed,
-		    (unsigned long long)rep.faults);
+	ws_replay_saved(&rec, &rep, part);
+}
+
+/*
+ * The same, each restore asked of one daemon with faultctl; a request
+ * that names a set to replay and one to record is a usage error, and a
+ * set that is not there is refused by faultctl.
+ */
+Test(criu, daemon_working_set, .fini = daemon_fini)
+{
+	struct ws_counts rec, rep;
+	char flags[1024];
+	uint64_t part;
+	struct h_task t;
+	pid_t d;
+
+	h_workload(&t, NULL, restore_mib(), 75, "part");
+	h_dump(&t, NULL, "d");
+	d = daemon_start();
+	snprintf(flags, sizeof(flags), "--working-set %s "
+		 "--record-working-set %s", h_path("d.ws"), h_path("d.ws"));
+	cr_assert_eq(faultctl_lazy_with("d", flags), 2);
+	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
+	cr_assert_eq(faultctl_lazy_with("d", flags), 1);
+	cr_assert(h_file_says("faultctl.out", "No such file"), "see %s",
+		  h_path("faultctl.out"));
+	snprintf(flags, sizeof(flags), "--record-working-set %s",
+		 h_path("d.ws"));
+	ws_restore_daemon(&t, flags, NULL, &rec);
+	cr_assert_eq(rec.pushed, 0, "nothing pushed while recording");
+	part = ws_check_set(&t, h_path("d.ws"));
+	cr_assert_geq(rec.faults, part);
+	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
+	ws_restore_daemon(&t, flags, "working set replayed", &rep);
+	ws_replay_saved(&rec, &rep, part);
+	daemon_stop(d);
 }
 
 /* Sets of another dump: refused before criu restore connects. */

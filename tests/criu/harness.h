@@ -586,17 +586,24 @@ h_faultd_bg(const char *ns, const char *fmt, ...)
 	return got == 1 ? pid : -pid;
 }
 
-/* Does file @file of the scratch folder hold @words? */
-static inline bool h_file_says(const char *file, const char *words)
+/* File @file of the scratch folder, whole (up to 1 MiB); "" if none.
+ * The buffer is the next call's. */
+static inline char *h_file_read(const char *file)
 {
-	static char buf[65536];
+	static char buf[1 << 20];
 	int fd = open(h_path(file), O_RDONLY | O_CLOEXEC);
 	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 
 	if (fd >= 0)
 		close(fd);
 	buf[n > 0 ? n : 0] = '\0';
-	return strstr(buf, words) != NULL;
+	return buf;
+}
+
+/* Does file @file of the scratch folder hold @words? */
+static inline bool h_file_says(const char *file, const char *words)
+{
+	return strstr(h_file_read(file), words) != NULL;
 }
 
 /* Does faultd.out hold @words? */
