@@ -14,7 +14,8 @@
  * handler thread (nice 0) preempts a pusher at once.
  *
  * A session with a working set replays it first (replay.c), in these
- * threads, then pushes if it pushes; one that records with
+ * threads, then pushes if it pushes (once the whole set is in, not as
+ * each thread is done with its share); one that records with
  * push_after_record pushes once the record ended.
  *
  * Measured for the first engine (faultd-bench run restore, 512 MiB, this
@@ -280,6 +281,8 @@ static void *push_main(void *arg)
 		push_wait(s, 10);
 	replay_start(s);
 	replay_run(s, p->k, PUSH_SLOT(p));
+	while (!atomic_load(&s->stop) && replay_busy(s))
+		push_wait(s, 10);
 	while (!atomic_load(&s->stop) && s->o.push) {
 		if (s->o.push_after_first && !atomic_load(&s->first_fault_ns)) {
 			push_wait(s, 1000);

@@ -314,6 +314,7 @@ void replay_run(struct session *s, unsigned int k, unsigned int slot)
 	if (atomic_fetch_sub(&rp->running, 1) != 1)
 		return;
 	atomic_store(&s->replay_end_ns, now_ns());
+	pthread_cond_broadcast(&s->push_cond); /* replay_busy() waiters */
 	dlog(1, "%s: working set replayed: %llu pages installed, %llu KiB "
 		"read in %llu ms", s->o.name,
 	     (unsigned long long)atomic_load(&s->replay_pages),
@@ -321,6 +322,16 @@ void replay_run(struct session *s, unsigned int k, unsigned int slot)
 	     (unsigned long long)(atomic_load(&s->replay_end_ns) -
 				  atomic_load(&s->replay_start_ns)) /
 		     1000000);
+}
+
+/*
+ * replay_busy() - is a push thread still replaying @s's set? The push
+ * waits for the whole set: a push thread done with its share would
+ * otherwise push pages of the other's share before it replays them.
+ */
+bool replay_busy(const struct session *s)
+{
+	return s->replay && atomic_load(&s->replay->running);
 }
 
 void replay_free(struct session *s)

@@ -358,6 +358,7 @@ int replay_check(const char *path, replay_known_fn known, void *arg,
 		 char *why, size_t why_len);
 void replay_start(struct session *s);
 void replay_run(struct session *s, unsigned int k, unsigned int slot);
+bool replay_busy(const struct session *s);
 void replay_free(struct session *s);
 
 /* push.c */
