@@ -169,7 +169,7 @@ static int lazy_pages(const struct lp_req *r, void *buf)
 			strerror((int)-n));
 	if (n > 0)
 		n = a->h.type == MSG_ACK ? 0
-		    : e->h.type == MSG_ERROR ? e->err : -EPROTO;
+		    : e->h.type == MSG_ERROR && e->err < 0 ? e->err : -EPROTO;
 	free(m);
 	return (int)n;
 }
@@ -305,7 +305,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct proto_status *st = calloc(1, PROTO_MAX_MSG);
+	struct proto_status *st;
 	struct lp_req r = { 0 };
 	bool json = false, lp_opt = false;
 	int c, ret;
@@ -330,14 +330,16 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
-	if (!st || optind != argc - 1) {
-		usage(stderr);
-		return 2;
-	}
-	if (!strcmp(argv[optind], "lazy-pages") != !!r.dir ||
+	if (optind != argc - 1 ||
+	    !strcmp(argv[optind], "lazy-pages") != !!r.dir ||
 	    ((r.workdir || lp_opt) && !r.dir) || (r.wset && r.record)) {
 		usage(stderr);
 		return 2;
+	}
+	st = calloc(1, PROTO_MAX_MSG);
+	if (!st) {
+		fprintf(stderr, "faultctl: %s\n", strerror(ENOMEM));
+		return 1;
 	}
 	if (r.dir) {
 		ret = lazy_pages(&r, st);
@@ -351,10 +353,10 @@ int main(int argc, char **argv)
 			print_text(st, false);
 	} else {
 		usage(stderr);
-		return 2;
+		ret = 2;
 	}
 	if (ret < 0 && !r.dir)
 		fprintf(stderr, "faultctl: %s\n", strerror(-ret));
 	free(st);
-	return ret < 0 ? 1 : 0;
+	return ret < 0 ? 1 : ret > 0 ? 2 : 0;
 }
