@@ -2,8 +2,10 @@
 /*
  * lazy_daemon.c - restores of CRIU dumps served by the long-running
  * daemon, next to its other sessions: `faultctl lazy-pages -D DIR
- * [-W WORKDIR]` asks it (LAZY_PAGES, faultd-protocol(7)) to do for one
- * restore what `faultd lazy-pages -D DIR -W WORKDIR` does.
+ * [-W WORKDIR] [OPTIONS]` asks it (LAZY_PAGES, faultd-protocol(7)) to do
+ * for one restore what `faultd lazy-pages -D DIR -W WORKDIR [OPTIONS]`
+ * does, with the command's options but --page-server: --verify,
+ * --fault-around, --handlers and the working sets.
  *
  * The request is checked, and its dump opened and checked, in the
  * daemon's connection loop: what faultd cannot serve is refused to
@@ -258,9 +260,12 @@ static int request_ok(const struct peer *peer,
 		return criu_why(why, why_len, -EPERM, "only root or uid %u "
 				"may have this daemon serve a restore",
 				(unsigned int)geteuid());
-	if (m->flags || m->reserved)
+	if (m->flags)
 		return criu_why(why, why_len, -EINVAL, "unknown flags %#x",
-				m->flags | m->reserved);
+				m->flags);
+	if (m->reserved)
+		return criu_why(why, why_len, -EINVAL, "the reserved field is "
+				"%u, not 0", m->reserved);
 	if (m->around_kib > PROTO_LP_AROUND_MAX ||
 	    m->handlers > PROTO_LP_HANDLERS_MAX)
 		return criu_why(why, why_len, -EINVAL, "fault-around %u KiB "
