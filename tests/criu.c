@@ -1816,49 +1816,51 @@ static uint64_t ws_check_set(const struct h_task *t, const char *path)
 	return part;
 }
 
+typedef void ws_restore_fn(struct h_task *t, const char *flags,
+			   const char *wait, struct ws_counts *c);
+
 /*
- * The replay @rep of the set recorded by @rec, @part pages the workload
- * checked: the set's pages came in before the workload ran, and it faulted
- * on few of them.
+ * Dump "d" of @t restored twice by @run: a set recorded, then the
+ * set replayed after RSTF (the workload goes once it is in). The set
+ * holds every page the workload checked; the replay brings them in before
+ * the workload runs, and it faults on few of them.
  */
-static void ws_replay_saved(const struct ws_counts *rec,
-			    const struct ws_counts *rep, uint64_t part)
+static void ws_record_then_replay(struct h_task *t, ws_restore_fn *run)
 {
-	cr_assert_geq(rep->replayed, part);
-	cr_assert_leq(rep->faults, rec->faults - part,
+	struct ws_counts rec, rep;
+	char flags[1024];
+	uint64_t part;
+
+	snprintf(flags, sizeof(flags), "--record-working-set %s",
+		 h_path("d.ws"));
+	run(t, flags, NULL, &rec);
+	cr_assert_eq(rec.pushed, 0, "nothing pushed while recording");
+	part = ws_check_set(t, h_path("d.ws"));
+	cr_assert_geq(rec.faults, part);
+	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
+	run(t, flags, "working set replayed", &rep);
+	cr_assert_geq(rep.replayed, part);
+	cr_assert_leq(rep.faults, rec.faults - part,
 		      "the replayed restore faulted %llu times, the recorded "
 		      "one %llu (%llu on the pages the workload checked)",
-		      (unsigned long long)rep->faults,
-		      (unsigned long long)rec->faults,
+		      (unsigned long long)rep.faults,
+		      (unsigned long long)rec.faults,
 		      (unsigned long long)part);
-	cr_assert_leq(rep->faults * 20, part, "more than 5 %% of the set's "
+	cr_assert_leq(rep.faults * 20, part, "more than 5 %% of the set's "
 		      "pages faulted");
 	cr_log_info("recorded: %llu faults (%llu checked pages); replayed: "
-		    "%llu pages, %llu faults", (unsigned long long)rec->faults,
-		    (unsigned long long)part, (unsigned long long)rep->replayed,
-		    (unsigned long long)rep->faults);
+		    "%llu pages, %llu faults", (unsigned long long)rec.faults,
+		    (unsigned long long)part, (unsigned long long)rep.replayed,
+		    (unsigned long long)rep.faults);
 }
 
 Test(criu, faultd_working_set)
 {
-	struct ws_counts rec, rep;
-	char flags[512];
-	uint64_t part;
 	struct h_task t;
 
 	h_workload(&t, NULL, restore_mib(), 67, "part");
 	h_dump(&t, NULL, "d");
-	snprintf(flags, sizeof(flags), "--record-working-set %s",
-		 h_path("d.ws"));
-	ws_restore(&t, flags, NULL, &rec);
-	cr_assert_eq(rec.pushed, 0, "nothing pushed while recording");
-	part = ws_check_set(&t, h_path("d.ws"));
-	cr_assert_geq(rec.faults, part);
-
-	/* Replayed after RSTF; the workload goes once it is in. */
-	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
-	ws_restore(&t, flags, "working set replayed", &rep);
-	ws_replay_saved(&rec, &rep, part);
+	ws_record_then_replay(&t, ws_restore);
 }
 
 /*
@@ -1868,9 +1870,7 @@ Test(criu, faultd_working_set)
  */
 Test(criu, daemon_working_set, .fini = daemon_fini)
 {
-	struct ws_counts rec, rep;
 	char flags[1024];
-	uint64_t part;
 	struct h_task t;
 	pid_t d;
 
@@ -1884,15 +1884,7 @@ Test(criu, daemon_working_set, .fini = daemon_fini)
 	cr_assert_eq(faultctl_lazy_with("d", flags), 1);
 	cr_assert(h_file_says("faultctl.out", "No such file"), "see %s",
 		  h_path("faultctl.out"));
-	snprintf(flags, sizeof(flags), "--record-working-set %s",
-		 h_path("d.ws"));
-	ws_restore_daemon(&t, flags, NULL, &rec);
-	cr_assert_eq(rec.pushed, 0, "nothing pushed while recording");
-	part = ws_check_set(&t, h_path("d.ws"));
-	cr_assert_geq(rec.faults, part);
-	snprintf(flags, sizeof(flags), "--working-set %s", h_path("d.ws"));
-	ws_restore_daemon(&t, flags, "working set replayed", &rep);
-	ws_replay_saved(&rec, &rep, part);
+	ws_record_then_replay(&t, ws_restore_daemon);
 	daemon_stop(d);
 }
 
