@@ -714,69 +714,92 @@ void sessions_stop_all(void)
 }
 
 /* ------------------------------------------------------------------------
- * The daemon's detached threads (a session's control loop, a restore that
- * waits for CRIU, an adopted session): counted, so that the daemon exits
- * only after they freed what they held. A process that exits under
- * running threads hands them to its exit path mid-work, and LeakSanitizer
- * cannot see what the stack of a thread ending during its check holds.
+ * The daemon's own threads that no one joins by name (a session's control
+ * loop, a restore that waits for CRIU, an adopted session). The daemon
+ * exits only once they have ended, thread-exit handlers included: a
+ * process that exits under them hands what they hold to its exit path,
+ * and LeakSanitizer reports the thread-local state of a library (OpenSSL
+ * keeps one per thread, freed as the thread ends) that a thread ending
+ * during its check still held. So each is joined: at the next start
+ * once it is done, or by daemon_threads_wait().
  */
-
-static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t threads_cond = PTHREAD_COND_INITIALIZER;
-static unsigned int nr_threads;
 
 struct daemon_thread {
 	void *(*fn)(void *);
 	void *arg;
+	pthread_t t;
+	struct daemon_thread *next;
 };
+
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t threads_cond = PTHREAD_COND_INITIALIZER;
+static unsigned int nr_threads;		/* running @fn */
+static struct daemon_thread *threads_done; /* @fn returned, not joined */
 
 static void *daemon_thread_main(void *p)
 {
-	struct daemon_thread d = *(struct daemon_thread *)p;
+	struct daemon_thread *d = p;
 
-	free(p);
-	d.fn(d.arg);
+	d->fn(d->arg);
 	pthread_mutex_lock(&threads_lock);
 	nr_threads--;
+	d->next = threads_done;
+	threads_done = d;
 	pthread_cond_broadcast(&threads_cond);
 	pthread_mutex_unlock(&threads_lock);
 	return NULL;
 }
 
+/* Join the threads whose @fn returned (they end at once). */
+static void threads_reap(void)
+{
+	struct daemon_thread *d;
+
+	pthread_mutex_lock(&threads_lock);
+	d = threads_done;
+	threads_done = NULL;
+	pthread_mutex_unlock(&threads_lock);
+	while (d) {
+		struct daemon_thread *next = d->next;
+
+		pthread_join(d->t, NULL);
+		free(d);
+		d = next;
+	}
+}
+
 /*
- * daemon_thread_start() - run @fn(@arg) on a detached thread named @name,
- * counted until @fn returns. Returns 0 or -errno (@fn not called: @arg is
- * still the caller's).
+ * daemon_thread_start() - run @fn(@arg) on a thread named @name, joined
+ * once @fn returns. Returns 0 or -errno (@fn not called: @arg is still
+ * the caller's).
  */
 int daemon_thread_start(void *(*fn)(void *), void *arg, const char *name)
 {
 	struct daemon_thread *d = malloc(sizeof(*d));
-	pthread_t t;
 	int ret;
 
+	threads_reap();
 	if (!d)
 		return -ENOMEM;
 	d->fn = fn;
 	d->arg = arg;
 	pthread_mutex_lock(&threads_lock);
 	nr_threads++;
-	pthread_mutex_unlock(&threads_lock);
-	ret = thread_start(&t, daemon_thread_main, d, name);
-	if (ret) {
-		free(d);
-		pthread_mutex_lock(&threads_lock);
+	/* Under the lock: @d is on threads_done only after d->t is set. */
+	ret = thread_start(&d->t, daemon_thread_main, d, name);
+	if (ret)
 		nr_threads--;
-		pthread_mutex_unlock(&threads_lock);
-		return ret;
-	}
-	pthread_detach(t);
-	return 0;
+	pthread_mutex_unlock(&threads_lock);
+	if (ret)
+		free(d);
+	return ret;
 }
 
 /*
  * daemon_threads_wait() - after sessions_stop_all(): wait up to @ms for
- * every thread of daemon_thread_start() to end. Returns how many still run
- * (logged: the daemon exits anyway, a stuck peer does not hold it).
+ * every thread of daemon_thread_start() to end, and join them. Returns
+ * how many still run (logged: the daemon exits anyway, a stuck peer does
+ * not hold it).
  */
 unsigned int daemon_threads_wait(unsigned int ms)
 {
@@ -797,6 +820,7 @@ unsigned int daemon_threads_wait(unsigned int ms)
 		;
 	left = nr_threads;
 	pthread_mutex_unlock(&threads_lock);
+	threads_reap();
 	if (left)
 		dlog(0, "exiting with %u thread(s) still at work", left);
 	return left;
