@@ -82,12 +82,8 @@ int lazy_daemon_open(const char *dir, const char *verify,
 	lp->done_fd = -1;
 	lp->one_restore = true;
 	ret = criu_dump_open(dir, &lp->dump, why, why_len);
-	if (!ret && verify[0]) {
-		ret = criu_sums_load(verify, &lp->sums, why, why_len);
-		if (!ret)
-			ret = criu_dump_sums_match(lp->dump, lp->sums, why,
-						   why_len);
-	}
+	if (!ret && verify[0])
+		ret = lazy_pages_verify(lp, verify, why, why_len);
 	if (ret) {
 		lazy_daemon_free(lp);
 		return ret;
@@ -240,12 +236,11 @@ static int paths_ok(const struct proto_lazy_pages *m, char *why,
 				      m->wset, m->record };
 	int ret = 0;
 
-	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-		if (!terminated(paths[i], PROTO_PATH_MAX))
-			return criu_why(why, why_len, -EINVAL,
-					"a path is not NUL-terminated");
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !ret; i++)
-		if (i == 0 || paths[i][0])
+		if (!terminated(paths[i], PROTO_PATH_MAX))
+			ret = criu_why(why, why_len, -EINVAL,
+				       "a path is not NUL-terminated");
+		else if (i == 0 || paths[i][0])
 			ret = abs_path_ok(paths[i], PROTO_PATH_MAX, why,
 					  why_len);
 	return ret;

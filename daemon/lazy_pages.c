@@ -82,6 +82,20 @@ void lazy_pages_ended(struct lazy_pages *l, bool ok)
 		(void)!write(l->done_fd, &one, sizeof(one));
 }
 
+/*
+ * lazy_pages_verify() - check @l's pages against the --sum sidecar
+ * @file: loaded into l->sums and matched against l->dump. Returns 0,
+ * or -errno with *why.
+ */
+int lazy_pages_verify(struct lazy_pages *l, const char *file, char *why,
+		      size_t why_len)
+{
+	int ret = criu_sums_load(file, &l->sums, why, why_len);
+
+	return ret ? ret : criu_dump_sums_match(l->dump, l->sums, why,
+						 why_len);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -216,12 +230,8 @@ static int open_sources(const struct lp_opts *o)
 		strcpy(lp.dir, dir);
 	free(dir);
 
-	if (!ret && o->verify) {
-		ret = criu_sums_load(o->verify, &lp.sums, why, sizeof(why));
-		if (!ret)
-			ret = criu_dump_sums_match(lp.dump, lp.sums, why,
-						   sizeof(why));
-	}
+	if (!ret && o->verify)
+		ret = lazy_pages_verify(&lp, o->verify, why, sizeof(why));
 	if (!ret && o->page_server) {
 		ret = criu_ps_connect(o->address, (uint16_t)o->port, NULL,
 				      &lp.ps);
