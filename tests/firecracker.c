@@ -216,8 +216,10 @@ static void remove_race(bool prefetch)
 		eagain = fc_json_u64(status_line, "eagain");
 		cr_expect_gt(removes, 0);
 		/* Each try waits 50 us and more (uloop.c): measured here
-		 * 0.05 to 1.7 tries a REMOVE on a loaded 2-CPU machine. */
-		cr_expect_leq(eagain, 4 * removes + 64, "%s", status_line);
+		 * 0.05 to 1.7 tries a REMOVE on a loaded 2-CPU machine, and
+		 * once 4.03 in CI; a spinning retry makes thousands. The
+		 * bound is for that, not for the machine's speed. */
+		cr_expect_leq(eagain, 32 * removes + 64, "%s", status_line);
 		guests++;
 	} while (fc_now_ms() < end);
 	cr_log_info("%s: %u guests; the last: %llu REMOVE events, %llu tries "
