@@ -233,11 +233,8 @@ Test(hugetlb, no_free_pages_logs_how_to_reserve)
 	struct faultd_ctx *ctx;
 
 	lock_pool();
-	pool.ps = HPAGE;
-	pool.before = pool_read(HPAGE, "nr_hugepages");
-	if (!pool_write(HPAGE, 0))
+	if (!pool_change(HPAGE, 0))
 		cr_skip_test("cannot write nr_hugepages (not root?)");
-	pool.changed = true;
 	if (pool_read(HPAGE, "free_hugepages") ||
 	    pool_read(HPAGE, "resv_hugepages"))
 		cr_skip_test("huge pages of 2048 kB are in use: cannot empty "
