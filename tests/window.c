@@ -183,9 +183,10 @@ static void touch_round(struct toucher *t)
  * A sanitizer maps a thread's state for signals at the thread's first
  * signal (TSan: 72 KiB, its ThreadSignalContext; ASan, with
  * detect_stack_use_after_return, its fake stack, big and aligned) wherever
- * mmap() puts it - in the hole create_race() picked, if that was picked
- * already, and the region then cannot be created there. So each toucher takes its first SIGSEGV
- * here, before anything is picked.
+ * mmap() puts it. That was once into the hole create_race() had picked,
+ * so the region could not be made there. Now hole() leaves room above the
+ * hole for such maps, and each toucher also takes its first SIGSEGV here,
+ * before the hole is picked.
  */
 static void take_first_signal(struct toucher *t)
 {
@@ -440,16 +441,24 @@ Test(window, resize_memfd_hugetlb)
  * Creating a region at a fixed address while threads touch it.
  */
 
-/* A free, aligned range of @len bytes: a hole just unmapped. */
+/*
+ * A free, aligned range of @len bytes: the bottom of a much larger range
+ * just unmapped. mmap() fills free space from the top down, so whatever
+ * is mapped meanwhile (a thread's stack, a sanitizer's own state) lands
+ * at the top of that range, CUSHION bytes above the hole.
+ */
+#define CUSHION (1ul << 30)
+
 static char *hole(size_t len, size_t align)
 {
-	char *p = mmap(NULL, len + align, PROT_NONE,
+	size_t all = len + align + CUSHION;
+	char *p = mmap(NULL, all, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	uintptr_t at;
 
 	cr_assert_neq(p, MAP_FAILED);
 	at = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
-	munmap(p, len + align);
+	munmap(p, all);
 	return (char *)at;
 }
 
