@@ -65,6 +65,15 @@ static inline int h_rm_one(const char *p, const struct stat *st, int flag,
 	return remove(p);
 }
 
+/* FAULTD_CRIU_KEEP=1 keeps the scratch folder (its dumps and logs).
+ * Run at exit too: no assertion. */
+static inline void h_teardown(void)
+{
+	if (h_dir[0] && !getenv("FAULTD_CRIU_KEEP"))
+		nftw(h_dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	h_dir[0] = '\0';
+}
+
 static inline void h_setup(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -74,16 +83,11 @@ static inline void h_setup(void)
 		tmp = "/tmp";
 	snprintf(h_dir, sizeof(h_dir), "%s/faultd-criu-XXXXXX", tmp);
 	cr_assert(mkdtemp(h_dir), "mkdtemp %s", h_dir);
+	/* Criterion runs .fini only after a test that ran to its end. */
+	cr_assert_eq(atexit(h_teardown), 0);
 	cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 	cr_assert(getenv("CRIU"), "CRIU not set (run through meson test)");
 	cr_assert(getenv("FAULTD_CRIU_WORKLOAD"), "FAULTD_CRIU_WORKLOAD not set");
-}
-
-/* FAULTD_CRIU_KEEP=1 keeps the scratch folder (its dumps and logs). */
-static inline void h_teardown(void)
-{
-	if (h_dir[0] && !getenv("FAULTD_CRIU_KEEP"))
-		nftw(h_dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static inline uint64_t h_now_ns(void)
