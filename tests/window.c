@@ -462,7 +462,7 @@ static char *hole(size_t len, size_t align)
 	return (char *)at;
 }
 
-/* The first mapping of ours that overlaps [@at, @at + @len), into @buf. */
+/* The first mapping of this process in [@at, @at + @len), into @buf. */
 static const char *mapped_at(const char *at, size_t len, char *buf, int n)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
