@@ -465,6 +465,39 @@ static int restore_via(const char *path)
  * Out of descriptors (EMFILE): the accept loop used to spin at 100% CPU.
  */
 
+/*
+ * How many shortages @log tells the end of, each told once and then its
+ * end once: 0 if it says either twice in a row, or begins with an end. The idle
+ * connections' handshake deadline frees descriptors while the test holds
+ * its connections, so there may be more than one shortage, and the log may
+ * stop inside the last one.
+ */
+static int shortages_said_once(const char *log)
+{
+	static const char *const said[] = { "out of descriptors",
+					    "descriptors are free again" };
+	int ended = 0, expect = 0;
+	const char *p = log;
+
+	while (*p) {
+		const char *eol = strchrnul(p, '\n');
+		int which = -1;
+
+		for (int i = 0; i < 2; i++)
+			if (memmem(p, (size_t)(eol - p), said[i],
+				   strlen(said[i])))
+				which = i;
+		if (which >= 0 && which != expect)
+			return 0;
+		if (which >= 0) {
+			ended += which;
+			expect = !expect;
+		}
+		p = *eol ? eol + 1 : eol;
+	}
+	return ended;
+}
+
 Test(attacks, out_of_descriptors_does_not_spin)
 {
 	enum { CONNS = 80 };
@@ -497,14 +530,14 @@ Test(attacks, out_of_descriptors_does_not_spin)
 	cr_assert(shortage, "no shortage logged");
 	for (int i = 0; i < CONNS; i++)
 		close(s[i]);
-	/* The connections are gone: it serves again, and says so once. */
+	/* The connections are gone: it serves again, and says so. */
 	how = restore_via(sock);
 	cr_assert_eq(how, 0, "the restore ended with %d", how);
 	cr_assert(log_wait(err, "descriptors are free again", log,
 			   sizeof(log)));
-	for (char *p = log; (p = strstr(p, "out of descriptors")); p++)
-		lines++;
-	cr_assert_eq(lines, 1, "log:\n%s", log);
+	lines = shortages_said_once(log);
+	cr_assert_gt(lines, 0, "each shortage once, then its end once; "
+		     "log:\n%s", log);
 	test_daemon_kill(pid, SIGTERM);
 	close(err);
 }
