@@ -467,10 +467,11 @@ static int restore_via(const char *path)
 
 /*
  * How many shortages @log tells the end of, each told once and then its
- * end once: 0 if it says either twice in a row, or begins with an end. The idle
- * connections' handshake deadline frees descriptors while the test holds
- * its connections, so there may be more than one shortage, and the log may
- * stop inside the last one.
+ * end once: 0 if it says either twice in a row, or begins with an end.
+ * There may be more than one: once the test's connections close, the
+ * daemon accepts the dead ones left in the backlog faster than it reads
+ * their EOF and closes them, and can run short again. The log may stop
+ * inside the last one.
  */
 static int shortages_said_once(const char *log)
 {
