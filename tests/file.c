@@ -719,21 +719,14 @@ static void forked_writer(void *arg)
 	file_region_done(&f);
 }
 
-/* ASan's allocator (clang 14 here) is not made safe across fork(): a
- * child forked while another thread held its lock waits for ever in its
- * first calloc(). Seen once in about 18 ASan runs of the suites. */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FORK_UNDER_ASAN 1
-#endif
-#endif
-
 Test(file, forked_child_uses_a_ring_of_its_own)
 {
-#ifdef FORK_UNDER_ASAN
-	cr_skip_test("under ASan: its allocator is not fork-safe with threads "
-		     "(the plain and TSan runs have this test)");
-#endif
+	/* ASan's allocator (clang 14 here) is not made safe across fork():
+	 * a child forked while another thread held its lock waits for ever
+	 * in its first calloc(). Seen once in about 18 ASan runs. */
+	if (UNDER_ASAN)
+		cr_skip_test("under ASan: its allocator is not fork-safe with "
+			     "threads (the plain and TSan runs have this test)");
 	skip_without(FAULTD_HAVE_CONTINUE_WP, "UFFDIO_CONTINUE_MODE_WP (6.2)");
 	struct faultd_region_opts o = { .flags = FAULTD_REGION_WP };
 	struct file_region f = file_region(16 * PAGE, 16 * PAGE, &o);
