@@ -23,12 +23,12 @@
 #include "hugepool.h"
 #include "wset.h"
 
-TestSuite(serve, .timeout = 300, .fini = hugepool_give_back);
-TestSuite(balloon, .timeout = 600, .fini = hugepool_give_back);
-TestSuite(restart, .timeout = 300, .fini = hugepool_give_back);
+TestSuite(serve, .timeout = 300);
+TestSuite(balloon, .timeout = 600);
+TestSuite(restart, .timeout = 300);
 TestSuite(refuse, .timeout = 120);
 TestSuite(metrics, .timeout = 120);
-TestSuite(wset, .timeout = 300, .fini = hugepool_give_back);
+TestSuite(wset, .timeout = 300);
 
 static char status_line[4096];
 

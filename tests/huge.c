@@ -14,7 +14,7 @@
 #include "helpers.h"
 #include "hugepool.h"
 
-TestSuite(hugetlb, .fini = hugepool_give_back, .timeout = 120);
+TestSuite(hugetlb, .timeout = 120);
 
 static const struct faultd_pager tag_pager = {
 	.size = sizeof(struct faultd_pager),

@@ -36,7 +36,7 @@
 #define DEFAULT_SECONDS 0.5
 #define ROUND_TIMEOUT_MS 20000
 
-TestSuite(window, .fini = hugepool_give_back, .timeout = 600);
+TestSuite(window, .timeout = 600);
 
 /* What a toucher found at a page. */
 enum visit {
