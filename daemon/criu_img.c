@@ -866,7 +866,7 @@ static bool csrc_sums_ok(const struct criu_src *c, uint64_t file_off,
 }
 
 static ssize_t csrc_read(struct source *s, uint64_t off, void *buf,
-			 size_t len)
+			 size_t len, unsigned int flags)
 {
 	const struct task_mem *m = &to_csrc(s)->m;
 	size_t done = 0;

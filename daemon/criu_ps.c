@@ -293,7 +293,8 @@ static int ps_round(struct ps_src *p, struct ps_todo *t)
 	return err;
 }
 
-static ssize_t ps_read(struct source *s, uint64_t off, void *buf, size_t len)
+static ssize_t ps_read(struct source *s, uint64_t off, void *buf, size_t len,
+		       unsigned int flags)
 {
 	struct ps_src *p = (struct ps_src *)s;
 	struct ps_todo t = { .at = off, .end = off + len, .buf = buf,

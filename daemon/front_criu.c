@@ -89,7 +89,7 @@ static struct lazy_pages *lp_ctx;
 /* A source of a task the dump does not have (a restart with another -D):
  * every read fails, so its pages are poisoned, never served wrong. */
 static ssize_t stale_read(struct source *s, uint64_t off, void *buf,
-			  size_t len)
+			  size_t len, unsigned int flags)
 {
 	(void)s, (void)off, (void)buf, (void)len;
 	return -ESTALE;

@@ -272,7 +272,7 @@ void replay_start(struct session *s)
 static void span_replay(struct session *s, struct replay *rp,
 			const struct span *sp, char *buf, unsigned int slot)
 {
-	int ret = space_read(sp->sp, sp->off, sp->len, buf);
+	int ret = space_read(sp->sp, sp->off, sp->len, buf, 0);
 	uint64_t pages = 0;
 
 	if (ret) {

@@ -341,7 +341,8 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 void space_recheck_inflight(struct space *sp);
 void space_poison_run(struct space *sp, const struct space_run *run,
 		      uint64_t gen, int err);
-int space_read(struct space *sp, uint64_t off, size_t len, char *buf);
+int space_read(struct space *sp, uint64_t off, size_t len, char *buf,
+	       unsigned int flags);
 uint64_t space_replay(struct space *sp, uint64_t off, uint64_t len,
 		      const char *buf, unsigned int slot);
 void space_describe(const struct space *sp, struct wset_space *out);

@@ -37,6 +37,8 @@ enum src_kind {
 	SRC_NONE,	/* nothing to serve here (not part of the source) */
 };
 
+#define SRC_READ_URGENT (1u << 0) /* read(): a fault waits for it */
+
 struct src_extent {
 	uint64_t off;	/* start, a multiple of the source's page size */
 	uint64_t len;	/* bytes, a multiple of the page size, > 0 */
@@ -53,9 +55,13 @@ struct source_ops {
 	 * several). Returns len, or -errno: -EBADMSG when content failed its
 	 * integrity check, -EIO when it could not be read (the engine
 	 * poisons the pages in both cases), -ERANGE when the range is not
-	 * SRC_DATA. Never a short count.
+	 * SRC_DATA. Never a short count. @flags: SRC_READ_URGENT when a
+	 * faulting thread waits for it (a demand read): a source that
+	 * queues reads (a network) puts it ahead of every read of the push
+	 * or a replay queued before it; others may ignore it.
 	 */
-	ssize_t (*read)(struct source *s, uint64_t off, void *buf, size_t len);
+	ssize_t (*read)(struct source *s, uint64_t off, void *buf, size_t len,
+			unsigned int flags);
 	/*
 	 * The extent that contains @off, in *e. Returns 0, or -ERANGE when
 	 * @off is beyond every extent. Extents of one kind may be split
@@ -105,10 +111,18 @@ struct source {
 	bool stale;
 };
 
+static inline ssize_t source_read_flags(struct source *s, uint64_t off,
+					void *buf, size_t len,
+					unsigned int flags)
+{
+	return s->stale ? -ESTALE : s->ops->read(s, off, buf, len, flags);
+}
+
+/* A read nobody waits for yet (the push, a replay, a check). */
 static inline ssize_t source_read(struct source *s, uint64_t off, void *buf,
 				  size_t len)
 {
-	return s->stale ? -ESTALE : s->ops->read(s, off, buf, len);
+	return source_read_flags(s, off, buf, len, 0);
 }
 
 static inline int source_extent(struct source *s, uint64_t off,

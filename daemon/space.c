@@ -568,10 +568,12 @@ static bool plan_locked(struct space *sp, uint64_t page, struct plan *pl)
 
 /*
  * space_read() - the source's content of [off, off + len) into @buf:
- * data read, zero and unknown extents cleared. Returns 0 or the source's
+ * data read, zero and unknown extents cleared; @flags as the source's
+ * read() (SRC_READ_URGENT: a fault waits). Returns 0 or the source's
  * -errno. Context: no lock (the source may take its time).
  */
-int space_read(struct space *sp, uint64_t off, size_t len, char *buf)
+int space_read(struct space *sp, uint64_t off, size_t len, char *buf,
+	       unsigned int flags)
 {
 	size_t done = 0;
 
@@ -584,7 +586,8 @@ int space_read(struct space *sp, uint64_t off, size_t len, char *buf)
 			e = (struct src_extent){ o, len - done, SRC_ZERO };
 		n = (size_t)min_u64(e.off + e.len - o, len - done);
 		if (e.kind == SRC_DATA) {
-			ssize_t ret = source_read(sp->src, o, buf + done, n);
+			ssize_t ret = source_read_flags(sp->src, o, buf + done, n,
+							flags);
 
 			if (ret < 0)
 				return (int)ret;
@@ -758,14 +761,14 @@ static void poison_page_locked(struct space *sp, const struct plan *pl,
  */
 static int fill_plan(struct space *sp, struct plan *pl, char *buf)
 {
-	int ret = space_read(sp, pl->src, pl->len, buf);
+	int ret = space_read(sp, pl->src, pl->len, buf, SRC_READ_URGENT);
 
 	if (!ret || pl->len == sp->page_size)
 		return ret;
 	pl->src += pl->page - pl->start;
 	pl->start = pl->page;
 	pl->len = sp->page_size;
-	return space_read(sp, pl->src, pl->len, buf);
+	return space_read(sp, pl->src, pl->len, buf, SRC_READ_URGENT);
 }
 
 enum { F_DONE, F_PARK, F_REPLAN };

@@ -156,7 +156,7 @@ static int data_range(const struct src_file *f, uint64_t off, size_t len)
 }
 
 static ssize_t file_read(struct source *s, uint64_t off, void *buf,
-			 size_t len)
+			 size_t len, unsigned int flags)
 {
 	const struct src_file *f = container_of(s, struct src_file, s);
 	int ret = data_range(f, off, len);

@@ -17,7 +17,7 @@ struct src_image {
 };
 
 static ssize_t img_read(struct source *s, uint64_t off, void *buf,
-			size_t len)
+			size_t len, unsigned int flags)
 {
 	struct src_image *si = (struct src_image *)s;
 	ssize_t n = image_read(si->img, off, buf, len);
