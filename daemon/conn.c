@@ -184,7 +184,8 @@ struct conn {
 	enum conn_state state;
 	int err;		/* CONN_REFUSE: the answer */
 	const char *why;
-	bool counted;		/* in limit_take()'s connections */
+	bool counted;		/* in limit_take()'s connections, as uid */
+	uid_t uid;		/* whose connection it counts as */
 	struct peer peer;
 	uint64_t deadline_ms;	/* for the message it owes */
 	struct conn *prev, *next; /* the loop's list, by deadline */
@@ -231,7 +232,7 @@ static void conn_close(struct loop *l, struct conn *c, bool keep_sock)
 	if (c->state == CONN_REFUSE)
 		l->nr_refusing--;
 	if (c->counted)
-		limit_give(c->peer.uid, false);
+		limit_give(c->uid, false);
 	peer_release(&c->peer);
 	free(c);
 }
@@ -244,7 +245,7 @@ static void conn_refuse(struct loop *l, struct conn *c, int err,
 	dlog(2, "connection of pid %d, uid %u: refused: %s", (int)c->peer.pid,
 	     (unsigned int)c->peer.uid, why);
 	if (c->counted) {
-		limit_give(c->peer.uid, false);
+		limit_give(c->uid, false);
 		c->counted = false;
 	}
 	if (l->nr_refusing >= REFUSING_MAX) {
@@ -283,7 +284,8 @@ static void conn_new(struct loop *l, int sock)
 		ret = -EACCES;
 	if (!ret)
 		ret = limit_take(c->peer.uid, false, &why);
-	c->counted = !ret && c->peer.uid;
+	c->uid = c->peer.uid;
+	c->counted = !ret && c->uid;
 	if (!ret)
 		ret = peer_bind(sock, &c->peer, &why);
 	if (ret)

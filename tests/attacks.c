@@ -699,6 +699,121 @@ Test(attacks, one_user_cannot_take_every_session)
 }
 
 /* ------------------------------------------------------------------------
+ * Slots that come back: a user's connections and sessions used to be
+ * counted for good, so a plain user was refused from its 17th restore on
+ * until the daemon restarted (and every user after 256).
+ */
+
+/* As the user @arg: REGISTERs of an unmapped range, each on a connection
+ * of its own. Exit code: how many were not refused with EFAULT. */
+static void unmapped_registers_child(void *arg)
+{
+	char *base;
+	int uffd = uffd_with_range(MIB, &base, O_NONBLOCK);
+	int img = open(image, O_RDONLY | O_CLOEXEC), wrong = 0;
+	unsigned int n = rounds(40);
+
+	if (uffd < 0 || img < 0)
+		_exit(126);
+	become(arg);
+	for (unsigned int i = 0; i < n; i++) {
+		int s = -1, ret = hello_on(sock, &s);
+
+		if (!ret)
+			ret = register_on(s, 0x10000, MIB, uffd, img);
+		if (ret != -EFAULT && wrong++ < 3)
+			fprintf(stderr, "REGISTER %u: %s\n", i, strerror(-ret));
+		if (s >= 0)
+			close(s);
+	}
+	_exit(wrong > 120 ? 120 : wrong);
+}
+
+/* Try @fn(@arg) until it gives 0 (10 s at most): a slot the daemon gives
+ * back once it has seen a client go. Returns the last result. */
+static int eventually(int (*fn)(const struct tuser *), const struct tuser *u)
+{
+	uint64_t end = test_now_ns() + 10000000000ull;
+	int ret;
+
+	while ((ret = fn(u)) && test_now_ns() < end)
+		usleep(10000);
+	return ret;
+}
+
+/* held_start(), again while refused (10 s at most): a user's slot comes
+ * back once the daemon has seen that user's last client go. */
+static int held_start_eventually(struct held *h, const struct tuser *u)
+{
+	uint64_t end = test_now_ns() + 10000000000ull;
+	int ret;
+
+	while ((ret = held_start(h, u)) && test_now_ns() < end) {
+		held_release(h);
+		usleep(10000);
+	}
+	return ret;
+}
+
+Test(attacks, refused_registers_give_their_slots_back)
+{
+	const char *const args[] = { "--max-user-connections", "3",
+				     "--max-connections", "4", NULL };
+	pid_t pid;
+
+	need_users();
+	pid = daemon_up(args);
+	cr_assert_eq(run_in_child(unmapped_registers_child, &ua), -1,
+		     "every REGISTER of an unmapped range refused with EFAULT, "
+		     "none with EBUSY");
+	cr_assert_eq(run_in_child(unmapped_registers_child, &ub), -1,
+		     "another user's too, after the first's");
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/*
+ * Every limit to its bound and back, many times: a user's sessions and
+ * connections, all users' together; each slot comes back once its
+ * client is gone.
+ */
+Test(attacks, limits_to_the_bound_and_back, .timeout = 240)
+{
+	const char *const args[] = { "--max-sessions", "3",
+				     "--max-user-sessions", "2",
+				     "--max-connections", "4",
+				     "--max-user-connections", "3", NULL };
+	unsigned int n = rounds(8);
+	pid_t pid;
+
+	need_users();
+	pid = daemon_up(args);
+	for (unsigned int i = 0; i < n; i++) {
+		struct held a[2], b, c;
+		int go;
+		pid_t att;
+
+		cr_assert_eq(held_start_eventually(&a[0], &ua), 0, "round %u", i);
+		cr_assert_eq(held_start_eventually(&a[1], &ua), 0, "round %u", i);
+		cr_assert_eq(held_start(&b, &ua), -EBUSY, "a user's third");
+		held_release(&b);
+		cr_assert_eq(held_start_eventually(&b, &ub), 0, "round %u", i);
+		cr_assert_eq(held_start(&c, &ub), -EBUSY, "a fourth of all users");
+		held_release(&c);
+		held_release(&b);
+		held_release(&a[1]);
+		held_release(&a[0]);
+
+		att = idle_start(&ua, 3, &go);
+		cr_assert_eq(hello_as(&ua), -EBUSY, "a user's fourth connection");
+		cr_assert_eq(eventually(hello_as, &ub), 0, "round %u", i);
+		close(go);
+		cr_assert_eq(child_wait(att), 0);
+		cr_assert_eq(eventually(hello_as, &ua), 0, "round %u", i);
+	}
+	test_daemon_kill(pid, SIGTERM);
+}
+
+/* ------------------------------------------------------------------------
  * STATUS used to list every user's sessions to every user.
  */
 
