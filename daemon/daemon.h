@@ -50,7 +50,8 @@ void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 uint64_t now_ms(void);
 void daemon_std_fds(void);
 void daemon_raise_nofile(void);
-int daemon_listen(const char *path, int type);
+struct sockfile;
+int daemon_listen(struct sockfile *f, const char *path, int type);
 unsigned int daemon_parse_uint(const char *opt, const char *arg,
 			       unsigned int min, unsigned int max);
 

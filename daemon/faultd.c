@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,6 +39,7 @@
 
 #include "daemon.h"
 #include "front_criu.h"
+#include "sockfile.h"
 
 struct daemon_opts dopts = {
 	.max_sessions = 1024,
@@ -121,42 +121,21 @@ void daemon_std_fds(void)
 		fcntl(fd, F_SETFD, 0);
 }
 
-/* Does a socket of @type listen at @a? */
-static bool someone_listens(const struct sockaddr_un *a, int type)
-{
-	int probe = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-	bool yes = probe >= 0 &&
-		   !connect(probe, (const struct sockaddr *)a, sizeof(*a));
-
-	if (probe >= 0)
-		close(probe);
-	return yes;
-}
-
 /*
  * daemon_listen() - a Unix socket of @type (SOCK_SEQPACKET, SOCK_STREAM)
- * listening at @path, its mode set by the umask before bind(): the path is
- * not touched after. Returns it, or -errno (-EADDRINUSE: someone listens
+ * listening at @path, made through @f (sockfile.h: removed at the end by
+ * the directory opened now), its mode set by the umask before bind(): the
+ * path is not touched after. Returns it, or -errno (-EADDRINUSE: someone
+ * listens there; -EEXIST: something other than a stale socket of ours is
  * there).
  */
-int daemon_listen(const char *path, int type)
+int daemon_listen(struct sockfile *f, const char *path, int type)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char dir[sizeof(a.sun_path)];
-	int s, ret;
 	mode_t mask;
+	int ret = sockfile_open(f, path, true);
 
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a.sun_path, path);
-	strcpy(dir, path);
-	mkdir(dirname(dir), 0755);
-	if (someone_listens(&a, type))
-		return -EADDRINUSE;
-	unlink(path); /* a stale socket of a daemon that died */
-	s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
+	if (ret)
+		return ret;
 	/*
 	 * The file bind() makes takes the socket's mode less the umask, so
 	 * the umask sets it: a chmod() of the path afterwards would follow
@@ -164,15 +143,9 @@ int daemon_listen(const char *path, int type)
 	 * yet to see this umask.
 	 */
 	mask = umask(geteuid() == 0 ? 0111 : 0177);
-	ret = bind(s, (struct sockaddr *)&a, sizeof(a));
+	ret = sockfile_listen(f, type, 0777, 128);
 	umask(mask);
-	if (ret < 0 || listen(s, 128) < 0) {
-		int err = -errno;
-
-		close(s);
-		return err;
-	}
-	return s;
+	return ret;
 }
 
 /* Strict: all of @arg a decimal number in [@min, @max], or exit 2. */
@@ -295,6 +268,7 @@ int main(int argc, char **argv)
 {
 	char def[108];
 	sigset_t stop;
+	struct sockfile sf = SOCKFILE_INIT;
 	int ls, sfd, ret;
 	bool own;
 
@@ -345,7 +319,10 @@ int main(int argc, char **argv)
 
 		if (kept < -1)
 			return 1;
-		ls = kept >= 0 ? kept : daemon_listen(dopts.socket, SOCK_SEQPACKET);
+		if (kept >= 0)
+			sockfile_adopt(&sf, dopts.socket);
+		ls = kept >= 0 ? kept
+			       : daemon_listen(&sf, dopts.socket, SOCK_SEQPACKET);
 		if (ls >= 0 && kept < 0)
 			restart_keep_listen(ls);
 	} else if (keep_begin() < -1) {
@@ -366,8 +343,9 @@ int main(int argc, char **argv)
 	lazy_daemon_stop();
 	sessions_stop_all();
 	daemon_threads_wait(THREADS_WAIT_MS);
-	if (restart_end() && own)
-		unlink(dopts.socket);
+	if (restart_end())
+		sockfile_remove(&sf);
+	sockfile_close(&sf);
 	close(ls);
 	return ret < 0 ? 1 : 0;
 }

@@ -50,7 +50,8 @@ void lazy_pages_started(struct lazy_pages *lp);
 void lazy_pages_ended(struct lazy_pages *lp, bool ok);
 int lazy_pages_verify(struct lazy_pages *lp, const char *file, char *why,
 		      size_t why_len);
-int lazy_pages_listen(const char *path, int type);
+struct sockfile;
+int lazy_pages_listen(struct sockfile *f, const char *path, int type);
 int lazy_pages_accept(int ls, int stop_fd, bool (*stopped)(int fd),
 		      struct ucred *cr);
 

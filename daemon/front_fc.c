@@ -76,6 +76,7 @@
 
 #include "daemon.h"
 #include "fc_json.h"
+#include "sockfile.h"
 #include "src_file.h"
 
 #define MAX_ALLOW 32		/* --allow-uid */
@@ -844,6 +845,9 @@ static void check_wset(void)
 	fo.wset = NULL;
 }
 
+/* The sockets' files, removed at the end by their directory (sockfile.h). */
+static struct sockfile vm_sf = SOCKFILE_INIT, ctl_sf = SOCKFILE_INIT;
+
 /* The keeper (VMs of a daemon before adopted) and the listening socket. */
 static int listen_vms(void)
 {
@@ -857,9 +861,11 @@ static int listen_vms(void)
 		if (kept < -1)
 			return kept;
 	}
-	if (kept >= 0)
+	if (kept >= 0) {
+		sockfile_adopt(&vm_sf, fo.socket);
 		return kept;
-	ls = daemon_listen(fo.socket, SOCK_STREAM);
+	}
+	ls = daemon_listen(&vm_sf, fo.socket, SOCK_STREAM);
 	if (ls >= 0)
 		restart_keep_listen(ls);
 	return ls;
@@ -872,7 +878,7 @@ static int ctl_listen(void)
 	if ((size_t)snprintf(path, sizeof(path), "%s.ctl", fo.socket) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	return daemon_listen(path, SOCK_SEQPACKET);
+	return daemon_listen(&ctl_sf, path, SOCK_SEQPACKET);
 }
 
 /* Every VM served has ended (and at least one was). */
@@ -997,6 +1003,8 @@ int fc_main(int argc, char **argv)
 	if (ls < 0 || ctl < 0) {
 		fprintf(stderr, "faultd: %s%s: %s\n", fo.socket,
 			ls < 0 ? "" : ".ctl", strerror(ls < 0 ? -ls : -ctl));
+		if (restart_end())
+			sockfile_remove(&vm_sf);
 		return 1;
 	}
 	dlog(1, "firecracker: listening on %s for VMs of %s (%" PRIu64
@@ -1008,7 +1016,11 @@ int fc_main(int argc, char **argv)
 		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
 	sessions_stop_all();
 	daemon_threads_wait(THREADS_WAIT_MS);
-	restart_end();
+	if (restart_end())
+		sockfile_remove(&vm_sf);
+	sockfile_remove(&ctl_sf);
+	sockfile_close(&vm_sf);
+	sockfile_close(&ctl_sf);
 	if (all_done())
 		print_status();
 	close(ctl);

@@ -248,7 +248,7 @@ static int keeper_attach_once(struct keep *k)
 
 	k->sock = keeper_connect(k);
 	if (k->sock == -ENOENT || k->sock == -ECONNREFUSED) {
-		unlink(k->path); /* a keeper that died left its socket */
+		/* One that died left its socket: the new one removes it. */
 		ret = keeper_spawn(k);
 		if (ret < 0)
 			return ret;

@@ -25,6 +25,7 @@
 
 #include "daemon.h"
 #include "keep_proto.h"
+#include "sockfile.h"
 
 #define ENTRIES_MAX 4096
 
@@ -38,6 +39,7 @@ static struct entry *entries;
 static size_t nr_entries;
 static int daemon_sock = -1;
 static uint64_t grace_end_ms;	/* 0: a daemon is connected */
+static bool said_bye;		/* the daemon stopped cleanly: we end */
 
 static uint64_t mono_ms(void)
 {
@@ -133,8 +135,7 @@ static bool daemon_msg(unsigned int grace_s)
 	if (ret == -EAGAIN || ret == -EINTR)
 		return true;
 	if (ret || m.type == K_BYE) {
-		if (!ret)
-			exit(0); /* a clean stop: what is left goes */
+		said_bye = !ret; /* a clean stop: what is left goes */
 		close(daemon_sock);
 		daemon_sock = -1;
 		grace_end_ms = mono_ms() + (uint64_t)grace_s * 1000;
@@ -238,22 +239,14 @@ static bool idle(void)
 	return daemon_sock < 0 && grace_end_ms && mono_ms() >= grace_end_ms;
 }
 
-static int keeper_listen(const char *path)
+/* The socket file takes the socket's mode at bind: 0600 from the start,
+ * and the path is never touched after (sockfile.h). A stale one a keeper
+ * that died left goes first. */
+static int keeper_listen(struct sockfile *f, const char *path)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int ret = sockfile_open(f, path, false);
 
-	if (s < 0 || strlen(path) >= sizeof(a.sun_path))
-		return -EINVAL;
-	strcpy(a.sun_path, path);
-	/* The socket file takes the socket's mode at bind: 0600 from the
-	 * start, and the path is never touched after. */
-	if (fchmod(s, 0600) < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) ||
-	    listen(s, 4)) {
-		close(s);
-		return -errno;
-	}
-	return s;
+	return ret ? ret : sockfile_listen(f, SOCK_SEQPACKET, 0600, 4);
 }
 
 static void keeper_loop(int ls, unsigned int grace_s)
@@ -283,7 +276,7 @@ static void keeper_loop(int ls, unsigned int grace_s)
 		if (p[1].revents)
 			daemon_msg(grace_s);
 		expire(p + 2, slot + 2, np - 2);
-		if (idle())
+		if (said_bye || idle())
 			return;
 	}
 }
@@ -295,6 +288,7 @@ static void keeper_loop(int ls, unsigned int grace_s)
  */
 int keeper_main(const char *socket, unsigned int grace_s)
 {
+	struct sockfile sf = SOCKFILE_INIT;
 	char path[108];
 	int ls;
 
@@ -304,7 +298,7 @@ int keeper_main(const char *socket, unsigned int grace_s)
 	if (!entries ||
 	    snprintf(path, sizeof(path), "%s.keeper", socket) >= (int)sizeof(path))
 		return 1;
-	ls = keeper_listen(path);
+	ls = keeper_listen(&sf, path);
 	if (ls < 0) {
 		fprintf(stderr, "faultd keeper: %s: %s\n", path, strerror(-ls));
 		return 1;
@@ -313,6 +307,7 @@ int keeper_main(const char *socket, unsigned int grace_s)
 	close(3);
 	grace_end_ms = mono_ms() + (uint64_t)grace_s * 1000;
 	keeper_loop(ls, grace_s);
-	unlink(path);
+	sockfile_remove(&sf);
+	sockfile_close(&sf);
 	return 0;
 }

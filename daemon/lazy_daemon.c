@@ -33,6 +33,7 @@
 #include "daemon.h"
 #include "criu.h"
 #include "front_criu.h"
+#include "sockfile.h"
 
 #define SOCK_NAME "lazy-pages.socket"
 #define WAITING_MAX 64	/* requests whose criu restore has not come yet */
@@ -40,6 +41,7 @@
 /* A request whose criu restore has not connected yet. */
 struct waiting {
 	struct lazy_pages *lp;
+	struct sockfile sf;	/* WORKDIR/lazy-pages.socket */
 	int ls;
 	char path[108];
 };
@@ -143,7 +145,8 @@ static void *waiting_main(void *arg)
 	int c = lazy_pages_accept(w->ls, stop_fd, stopping, &cr), ret;
 
 	close(w->ls);
-	unlink(w->path); /* criu restore connects once */
+	sockfile_remove(&w->sf); /* criu restore connects once */
+	sockfile_close(&w->sf);
 	if (c < 0) {
 		if (c != -ECANCELED)
 			dlog(0, "%s: %s: no restore served", w->path,
@@ -200,9 +203,10 @@ static int start_waiting(const struct proto_lazy_pages *m,
 				wd, SOCK_NAME);
 	}
 	w->lp = lp;
-	w->ls = lazy_pages_listen(w->path, SOCK_STREAM);
+	w->ls = lazy_pages_listen(&w->sf, w->path, SOCK_STREAM);
 	if (w->ls < 0) {
 		ret = w->ls;
+		sockfile_close(&w->sf);
 		free(w);
 		return criu_why(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
 				strerror(-ret));
@@ -215,7 +219,8 @@ static int start_waiting(const struct proto_lazy_pages *m,
 	}
 	if (ret) {
 		close(w->ls);
-		unlink(w->path);
+		sockfile_remove(&w->sf);
+		sockfile_close(&w->sf);
 		free(w);
 		return ret;
 	}

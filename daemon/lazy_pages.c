@@ -48,6 +48,7 @@
 #include "daemon.h"
 #include "criu.h"
 #include "front_criu.h"
+#include "sockfile.h"
 
 #define SOCK_NAME "lazy-pages.socket"
 #define SUM_NAME "faultd-pages.crc32c"
@@ -270,61 +271,27 @@ static void close_sources(void)
  * The sockets.
  */
 
-/* A socket at @path that nobody listens on, or -errno. */
-static int path_free(const char *path, int type)
+/*
+ * lazy_pages_listen() - a socket of @type listening at @path, made through
+ * @f (sockfile.h: removed by the directory opened now, never by the path
+ * again), 0600 from its bind on: the file takes the socket's mode (fchmod()
+ * before bind) less the umask. The umask is left alone: the daemon's other
+ * threads may be creating files. A path that exists is taken over only
+ * when it is a socket of this user that nobody listens on (one a faultd
+ * left); anything else is refused, and logged.
+ */
+int lazy_pages_listen(struct sockfile *f, const char *path, int type)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	struct stat st;
-	int s, ret;
+	int ret = sockfile_open(f, path, false);
 
-	if (lstat(path, &st))
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+	if (!ret)
+		ret = sockfile_listen(f, type, 0600, 16);
+	if (ret == -EEXIST)
 		dlog(0, "%s exists and is not a socket of this user: refused",
 		     path);
-		return -EEXIST;
-	}
-	s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	strcpy(a.sun_path, path);
-	ret = connect(s, (struct sockaddr *)&a, sizeof(a)) ? -errno : 0;
-	close(s);
-	if (ret != -ECONNREFUSED) {
+	else if (ret == -EADDRINUSE)
 		dlog(0, "%s: somebody listens there already: refused", path);
-		return -EADDRINUSE;
-	}
-	return unlink(path) ? -errno : 0; /* one a faultd left */
-}
-
-/*
- * A socket of @type listening at @path, 0600 from its bind on: the file
- * takes the socket's mode (fchmod() before bind) less the umask, and the
- * path is never touched after (a chmod would follow whatever was put
- * there meanwhile). The umask is left alone: the daemon's other threads
- * may be creating files.
- */
-int lazy_pages_listen(const char *path, int type)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int s, ret;
-
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	ret = path_free(path, type);
-	if (ret)
-		return ret;
-	strcpy(a.sun_path, path);
-	s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	ret = fchmod(s, 0600) || bind(s, (struct sockaddr *)&a, sizeof(a)) ||
-	      listen(s, 16) ? -errno : 0;
-	if (ret) {
-		close(s);
-		return ret;
-	}
-	return s;
+	return ret;
 }
 
 /* Is the process at the other end root or of our own user? */
@@ -430,6 +397,7 @@ static void *serve_main(void *arg)
 }
 
 struct ctl {
+	struct sockfile sf;
 	int ls;
 	int stop_fd;
 	pthread_t t;
@@ -447,7 +415,7 @@ static void *ctl_main(void *arg)
 /* faultctl's STATUS on PATH.ctl (a failure is logged, not fatal). */
 static void ctl_start(struct ctl *c, const char *path)
 {
-	c->ls = lazy_pages_listen(path, SOCK_SEQPACKET);
+	c->ls = lazy_pages_listen(&c->sf, path, SOCK_SEQPACKET);
 	c->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (c->ls < 0 || c->stop_fd < 0) {
 		dlog(0, "%s: %s: no status for faultctl", path,
@@ -458,7 +426,7 @@ static void ctl_start(struct ctl *c, const char *path)
 	c->running = !thread_start(&c->t, ctl_main, c, "faultd-ctl");
 }
 
-static void ctl_stop(struct ctl *c, const char *path)
+static void ctl_stop(struct ctl *c)
 {
 	uint64_t one = 1;
 
@@ -466,10 +434,10 @@ static void ctl_stop(struct ctl *c, const char *path)
 		(void)!write(c->stop_fd, &one, sizeof(one));
 		pthread_join(c->t, NULL);
 	}
-	if (c->ls >= 0) {
+	if (c->ls >= 0)
 		close(c->ls);
-		unlink(path);
-	}
+	sockfile_remove(&c->sf);
+	sockfile_close(&c->sf);
 	if (c->stop_fd >= 0)
 		close(c->stop_fd);
 }
@@ -561,9 +529,11 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 		     int ready)
 {
 	struct serve_arg *a = calloc(1, sizeof(*a));
-	int ls = a ? lazy_pages_listen(path, SOCK_STREAM) : -ENOMEM;
+	struct sockfile sf = SOCKFILE_INIT;
+	int ls = a ? lazy_pages_listen(&sf, path, SOCK_STREAM) : -ENOMEM;
 
 	if (ls < 0) {
+		sockfile_close(&sf);
 		fprintf(stderr, "faultd lazy-pages: %s: %s\n", path,
 			strerror(-ls));
 		free(a);
@@ -573,7 +543,8 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 	tell_ready(o, ready);
 	a->sock = lazy_pages_accept(ls, sfd, stop_signal, &a->cr);
 	close(ls);
-	unlink(path); /* criu restore connects once */
+	sockfile_remove(&sf); /* criu restore connects once */
+	sockfile_close(&sf);
 	if (a->sock < 0) {
 		int ret = a->sock;
 
@@ -619,7 +590,7 @@ static int run(const struct lp_opts *o, const char *workdir, int ready)
 	char path[PATH_MAX], ctl_path[PATH_MAX];
 	struct keep_opts ko = { .socket = path,
 				.grace_s = dopts.keeper_grace_s };
-	struct ctl ctl = { .ls = -1, .stop_fd = -1 };
+	struct ctl ctl = { .sf = SOCKFILE_INIT, .ls = -1, .stop_fd = -1 };
 	int sfd = signals(), ret = 0;
 	bool stopped;
 
@@ -643,7 +614,7 @@ static int run(const struct lp_opts *o, const char *workdir, int ready)
 		ret = serve_new(o, path, sfd, ready);
 	}
 	stopped = wait_sessions(sfd);
-	ctl_stop(&ctl, ctl_path);
+	ctl_stop(&ctl);
 	restart_end();
 	if (!ret && (stopped || atomic_load(&lp.failed) || !atomic_load(&lp.ok)))
 		ret = -EIO;

@@ -814,6 +814,75 @@ Test(attacks, limits_to_the_bound_and_back, .timeout = 240)
 }
 
 /* ------------------------------------------------------------------------
+ * Paths swapped under the daemon: it used to remove its socket by its
+ * path on stop, through whatever the directory had become.
+ */
+
+struct swap {
+	const char *dir, *moved, *to;
+};
+
+/* As a user: move @dir away and put a symlink to @to in its place. */
+static void swap_child(void *arg)
+{
+	const struct swap *w = arg;
+
+	become(&ua);
+	_exit(rename(w->dir, w->moved) || symlink(w->to, w->dir) ? 1 : 0);
+}
+
+/* A socket file of root's at @path, listened on by nobody once we close
+ * it: what another daemon's socket looks like on disk. */
+static void socket_file(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	cr_assert(s >= 0 && strlen(path) < sizeof(a.sun_path));
+	strcpy(a.sun_path, path);
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(s);
+}
+
+static bool is_socket(const char *path)
+{
+	struct stat st;
+
+	return !lstat(path, &st) && S_ISSOCK(st.st_mode);
+}
+
+Test(attacks, stop_removes_only_its_own_socket)
+{
+	char udir[200], moved[200], victim[200], vsock[300], mine[300];
+	struct swap w = { udir, moved, victim };
+	pid_t pid;
+
+	need_users();
+	/* The user's folder and, in it, the socket's: the user may rename
+	 * what is in its own folder. */
+	snprintf(udir, sizeof(udir), "%s/p", dir);
+	cr_assert_eq(mkdir(udir, 0755), 0);
+	cr_assert_eq(chown(udir, ua.uid, ua.gid), 0);
+	snprintf(udir, sizeof(udir), "%s/p/u", dir);
+	snprintf(moved, sizeof(moved), "%s/p/u.old", dir);
+	snprintf(victim, sizeof(victim), "%s/v", dir);
+	snprintf(vsock, sizeof(vsock), "%s/v/s.sock", dir);
+	cr_assert_eq(mkdir(udir, 0755), 0);
+	cr_assert_eq(chown(udir, ua.uid, ua.gid), 0);
+	cr_assert_eq(mkdir(victim, 0755), 0);
+	socket_file(vsock);
+	snprintf(mine, sizeof(mine), "%s/s.sock", udir);
+	pid = daemon_run(mine, NULL, NULL, 0, NULL, NULL);
+	cr_assert(pid > 0, "the daemon did not start");
+	cr_assert_eq(run_in_child(swap_child, &w), -1, "the user's swap");
+	test_daemon_kill(pid, SIGTERM);
+	cr_assert(is_socket(vsock), "the daemon removed %s, through the "
+		  "symlink the user put in place of its directory", vsock);
+	snprintf(mine, sizeof(mine), "%s/s.sock", moved);
+	cr_assert(!is_socket(mine), "its own socket stayed at %s", mine);
+}
+
+/* ------------------------------------------------------------------------
  * STATUS used to list every user's sessions to every user.
  */
 

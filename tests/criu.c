@@ -1352,6 +1352,57 @@ Test(criu, faultd_socket_refused)
 	faultd_exits(lp, 0);
 }
 
+/*
+ * A work folder swapped for a symlink while faultd lazy-pages runs (the
+ * default one is the dump's, which may be the restored user's): on its
+ * way out it used to remove lazy-pages.socket and .ctl through the
+ * symlink, whatever files of those names its target held. It removes its
+ * own sockets only, the keeper's too, from the folder it made them in.
+ */
+Test(criu, faultd_workdir_swapped)
+{
+	static const char *const names[] = { "lazy-pages.socket",
+					     "lazy-pages.socket.ctl",
+					     "lazy-pages.socket.keeper" };
+	char w[256], old[256], v[256], p[300];
+	struct h_task t;
+	pid_t lp;
+	int fd;
+
+	h_workload(&t, NULL, 4, 61, "basic");
+	h_dump(&t, NULL, "d");
+	snprintf(w, sizeof(w), "%s", h_path("w"));
+	snprintf(old, sizeof(old), "%s", h_path("w.old"));
+	snprintf(v, sizeof(v), "%s", h_path("v"));
+	cr_assert_eq(mkdir(w, 0755), 0);
+	cr_assert_eq(mkdir(v, 0755), 0);
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(p, sizeof(p), "%s/%s", v, names[i]);
+		fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		cr_assert(fd >= 0);
+		close(fd);
+	}
+	lp = h_faultd_bg(NULL, "-D %s -W %s", h_path("d"), w);
+	cr_assert(lp > 0);
+	cr_assert_eq(rename(w, old), 0);
+	cr_assert_eq(symlink(v, w), 0);
+	kill(lp, SIGTERM);
+	cr_assert(h_wait(lp, H_DEADLINE_MS) != -ETIMEDOUT);
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(p, sizeof(p), "%s/%s", v, names[i]);
+		cr_assert_eq(access(p, F_OK), 0, "%s was removed", p);
+	}
+	/* Its own: gone (the keeper's once the keeper has read BYE). */
+	for (size_t i = 0; i < 3; i++) {
+		uint64_t end = h_now_ns() + H_DEADLINE_MS * 1000000ull;
+
+		snprintf(p, sizeof(p), "%s/%s", old, names[i]);
+		while (!access(p, F_OK) && h_now_ns() < end)
+			usleep(10000);
+		cr_assert_neq(access(p, F_OK), 0, "%s stayed", p);
+	}
+}
+
 /* ---- kill -9 after RSTF, and a restart that adopts the restore ---- */
 
 /* Pages in and total of the session faultd reports on its control
