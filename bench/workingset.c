@@ -388,7 +388,7 @@ static int merged_get(void)
 		snprintf(path[k], sizeof(path[k]), "%s.%d", scratch, k);
 		ret = record_perturbed((uint64_t)k + 2, path[k]);
 		if (!ret)
-			ret = wset_load(path[k], &in[k], &why);
+			ret = wset_load(path[k], NULL, &in[k], &why);
 		got += !ret;
 		unlink(path[k]);
 	}

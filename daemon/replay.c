@@ -158,11 +158,21 @@ static int replay_match(struct session *s, struct replay *rp,
 	return 0;
 }
 
+/* Keep the entries of a set space the session has, skip the others. */
+static enum wset_use replay_use(const struct wset_space *d, void *arg)
+{
+	return space_of(arg, d) ? WSET_KEEP : WSET_SKIP;
+}
+
+/* The set, with the entries of the session's spaces only: bounded by
+ * their sources, not by what the file claims. */
 static int replay_load(struct session *s, struct wset *ws, const char **why)
 {
+	const struct wset_filter f = { replay_use, s };
+
 	if (s->o.wset_fd > 0)
-		return wset_read_fd(s->o.wset_fd, ws, why);
-	return wset_load(s->o.wset_path, ws, why);
+		return wset_read_fd(s->o.wset_fd, &f, ws, why);
+	return wset_load(s->o.wset_path, &f, ws, why);
 }
 
 static int replay_bufs(struct replay *rp)
@@ -225,30 +235,49 @@ static void replay_prepare(struct session *s)
 	s->replay = rp;
 }
 
+/* replay_check()'s filter: a set space the front end does not know
+ * refuses the set, and says why. */
+struct known_filter {
+	replay_known_fn known;
+	void *arg;
+	char *why;
+	size_t why_len;
+	bool refused;
+};
+
+static enum wset_use known_use(const struct wset_space *d, void *arg)
+{
+	struct known_filter *k = arg;
+
+	if (k->known(d, k->arg, k->why, k->why_len))
+		return WSET_KEEP;
+	k->refused = true;
+	return WSET_REFUSE;
+}
+
 /*
  * replay_check() - is the set at @path whole, and is every space of it
  * one the front end @known()s? A front end checks a set it is given
  * before it serves anything, so that a set of another source is refused
  * up front and said so (the sessions load it again, and match it again:
- * the file may change meanwhile). Returns 0, or -errno with *why: the
- * set's fault (wset_load()), or -EXDEV and what @known said.
- * Context: any thread.
+ * the file may change meanwhile). The spaces are checked before any
+ * entry is read, and the entries bounded by the known sources' pages.
+ * Returns 0, or -errno with *why: the set's fault (wset_load()), or
+ * -EXDEV and what @known said. Context: any thread.
  */
 int replay_check(const char *path, replay_known_fn known, void *arg,
 		 char *why, size_t why_len)
 {
+	struct known_filter k = { known, arg, why, why_len, false };
+	const struct wset_filter f = { known_use, &k };
 	const char *bad = "out of memory";
 	struct wset ws;
-	int ret = wset_load(path, &ws, &bad);
+	int ret = wset_load(path, &f, &ws, &bad);
 
-	if (ret) {
+	if (ret && !k.refused)
 		snprintf(why, why_len, "%s (%s)", bad, strerror(-ret));
-		return ret;
-	}
-	for (uint32_t k = 0; k < ws.nr_spaces && !ret; k++)
-		if (!known(&ws.spaces[k], arg, why, why_len))
-			ret = -EXDEV;
-	wset_free(&ws);
+	if (!ret)
+		wset_free(&ws);
 	return ret;
 }
 

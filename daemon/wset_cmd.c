@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include "daemon.h"
 
@@ -38,42 +41,83 @@ static int show(const char *path)
 {
 	struct wset ws;
 	const char *why;
-	int ret = wset_load(path, &ws, &why);
+	uint64_t *pages;
+	int ret = wset_load(path, NULL, &ws, &why);
 
 	if (ret) {
 		fprintf(stderr, "faultd: %s: %s (%s)\n", path, why,
 			strerror(-ret));
 		return 1;
 	}
+	pages = calloc(ws.nr_spaces, sizeof(*pages));
+	if (!pages) {
+		fprintf(stderr, "faultd: %s: %s\n", path, strerror(ENOMEM));
+		wset_free(&ws);
+		return 1;
+	}
+	for (uint64_t k = 0; k < ws.nr; k++)
+		pages[ws.e[k].space]++;
 	printf("pages %llu\nranges %llu\n", (unsigned long long)ws.nr,
 	       (unsigned long long)wset_ranges(&ws));
 	for (uint32_t i = 0; i < ws.nr_spaces; i++) {
 		const struct wset_space *s = &ws.spaces[i];
-		uint64_t pages = 0;
 
-		for (uint64_t k = 0; k < ws.nr; k++)
-			pages += ws.e[k].space == i;
 		printf("space %llu: pages %llu, bytes %llu, source ",
 		       (unsigned long long)s->space_id,
-		       (unsigned long long)pages,
-		       (unsigned long long)(pages * s->page_size));
+		       (unsigned long long)pages[i],
+		       (unsigned long long)(pages[i] * s->page_size));
 		print_id(s->src_id);
 		printf(", source size %llu, page size %u\n",
 		       (unsigned long long)s->src_size, s->page_size);
 	}
+	free(pages);
 	wset_free(&ws);
 	return 0;
+}
+
+/*
+ * Where -o @out writes: the file a symlink points to (the link stays a
+ * link, as cp(1) writes through it), followed as far as links go (40 at
+ * most, as the kernel does), else @out. The target need not exist yet.
+ * NULL with errno: a loop, or a name too long.
+ */
+static const char *out_target(const char *out, char *buf, size_t len)
+{
+	char link[PATH_MAX], dir[PATH_MAX];
+	struct stat st;
+
+	snprintf(buf, len, "%s", out);
+	for (int i = 0; i < 40; i++) {
+		ssize_t n;
+
+		if (lstat(buf, &st) || !S_ISLNK(st.st_mode))
+			return buf;
+		n = readlink(buf, link, sizeof(link) - 1);
+		if (n < 0)
+			return NULL;
+		link[n] = 0;
+		snprintf(dir, sizeof(dir), "%s", buf);
+		if (link[0] != '/' &&
+		    (size_t)snprintf(buf, len, "%s/%s", dirname(dir), link) >=
+			    len)
+			return errno = ENAMETOOLONG, NULL;
+		if (link[0] == '/')
+			snprintf(buf, len, "%s", link);
+	}
+	errno = ELOOP;
+	return NULL;
 }
 
 static int merge_files(const char *out, unsigned int min, char **in,
 		       int n)
 {
 	struct wset *sets = calloc((size_t)n, sizeof(*sets)), m;
+	char target[PATH_MAX];
 	const char *why = "out of memory";
 	int ret = sets ? 0 : -ENOMEM, loaded = 0;
 
 	for (; !ret && loaded < n; loaded++) {
-		ret = wset_load(in[loaded], &sets[loaded], &why);
+		ret = wset_load(in[loaded], NULL, &sets[loaded], &why);
 		if (ret)
 			fprintf(stderr, "faultd: %s: %s (%s)\n", in[loaded],
 				why, strerror(-ret));
@@ -87,7 +131,9 @@ static int merge_files(const char *out, unsigned int min, char **in,
 			fprintf(stderr, "faultd: cannot merge: %s\n", why);
 	}
 	if (!ret) {
-		ret = wset_save(out, &m);
+		const char *to = out_target(out, target, sizeof(target));
+
+		ret = to ? wset_save(to, &m) : -errno;
 		if (ret)
 			fprintf(stderr, "faultd: %s: %s\n", out,
 				strerror(-ret));

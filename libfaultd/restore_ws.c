@@ -83,20 +83,28 @@ struct rwset {
  * Loading and checking a set.
  */
 
+/* A set of @arg's image only: one space, that image's. */
+static enum wset_use set_use(const struct wset_space *s, void *arg)
+{
+	return wset_space_match(s, arg) ? WSET_KEEP : WSET_REFUSE;
+}
+
 /* The set at @path, of @img: 0, or -errno logged (the set is not used). */
 static int set_load(struct faultd_region *r, struct image *img,
 		    const char *path, struct wset *ws)
 {
 	struct wset_space mine;
+	const struct wset_filter f = { set_use, &mine };
 	const char *why;
-	int ret = wset_load(path, ws, &why);
+	int ret;
 
 	wset_image_space(img, &mine);
-	if (!ret && (ws->nr_spaces != 1 ||
-		     !wset_space_match(&ws->spaces[0], &mine))) {
+	ret = wset_load(path, &f, ws, &why);
+	if (ret == -EXDEV || (!ret && ws->nr_spaces != 1)) {
 		why = "a working set of another image";
+		if (!ret)
+			wset_free(ws);
 		ret = -ESTALE;
-		wset_free(ws);
 	}
 	if (ret)
 		fd_err(r->ctx, "%s: working set %s: %s (%s): not used",

@@ -41,11 +41,71 @@ static uint32_t file_crc(const void *buf, size_t len)
 		      len - sizeof(h));
 }
 
-static int header_check(const struct wset_header *h, const void *buf,
-			size_t len, const char **why)
+/*
+ * Reading a set: the header and the space table first, each space shown
+ * to the caller's filter before any entry is read, then the entries in
+ * chunks, kept (bounded by the pages of the kept spaces' sources) or
+ * skipped, the CRC summed as they come. Nothing is allocated from what
+ * the file claims: a file that says it has 2^28 entries of a space whose
+ * source has 512 pages is refused at the 513th.
+ */
+
+static int cmp_entry(const void *a, const void *b)
 {
+	const struct wset_entry *x = a, *y = b;
+
+	if (x->space != y->space)
+		return x->space < y->space ? -1 : 1;
+	return x->page < y->page ? -1 : x->page > y->page;
+}
+
+#define READ_CHUNK 4096		/* entries per read */
+
+struct reader {
+	int fd;
+	uint64_t off;		/* next byte of the file */
+	uint32_t crc;
+	uint64_t *left;		/* per space: 0 skipped, else 1 + the
+				   entries it may still have kept */
+};
+
+/* @len bytes at the reader's offset, summed into its CRC. */
+static int read_part(struct reader *rd, void *buf, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(rd->fd, (char *)buf + done, len - done,
+				  (off_t)(rd->off + done));
+
+		if (n < 0)
+			return -errno;
+		if (!n)
+			return -EBADMSG; /* shorter than fstat() said */
+		done += (size_t)n;
+	}
+	rd->crc = crc32c(rd->crc, buf, len);
+	rd->off += len;
+	return 0;
+}
+
+/* The header, checked against the file's length @len. */
+static int read_header(struct reader *rd, uint64_t len,
+		       struct wset_header *h, const char **why)
+{
+	struct wset_header zeroed;
+	int ret;
+
 	*why = "not a working-set file";
-	if (len < sizeof(*h) || h->magic != WSET_MAGIC)
+	if (len < sizeof(*h))
+		return -EINVAL;
+	ret = read_part(rd, h, sizeof(*h));
+	if (ret)
+		return ret;
+	zeroed = *h;
+	zeroed.crc = 0;
+	rd->crc = crc32c(0, &zeroed, sizeof(zeroed));
+	if (h->magic != WSET_MAGIC)
 		return -EINVAL;
 	*why = "a working-set version this build does not read";
 	if (h->version != WSET_VERSION)
@@ -56,10 +116,7 @@ static int header_check(const struct wset_header *h, const void *buf,
 	    h->nr_entries > WSET_MAX_BYTES / sizeof(struct wset_entry))
 		return -EBADMSG;
 	*why = "the working-set file is truncated or has trailing bytes";
-	if (file_len(h->nr_spaces, h->nr_entries) != len)
-		return -EBADMSG;
-	*why = "the working-set file's checksum does not match";
-	return file_crc(buf, len) == h->crc ? 0 : -EBADMSG;
+	return file_len(h->nr_spaces, h->nr_entries) == len ? 0 : -EBADMSG;
 }
 
 static bool space_ok(const struct wset_space *s)
@@ -68,109 +125,202 @@ static bool space_ok(const struct wset_space *s)
 	       !(s->src_size % s->page_size) && !s->reserved;
 }
 
-/*
- * Every entry names a space of the table and a page inside its source;
- * there are no more entries than pages (a set lists a page once).
- */
-static int entries_check(const struct wset *ws, const char **why)
+/* The space table: each space sane, and kept, skipped or refused. */
+static int read_spaces(struct reader *rd, struct wset *ws,
+		       const struct wset_filter *f, const char **why)
 {
-	uint64_t pages = 0;
+	int ret = read_part(rd, ws->spaces,
+			    ws->nr_spaces * sizeof(*ws->spaces));
 
-	for (uint32_t i = 0; i < ws->nr_spaces; i++) {
+	for (uint32_t i = 0; !ret && i < ws->nr_spaces; i++) {
+		const struct wset_space *s = &ws->spaces[i];
+		enum wset_use use = f ? f->use(s, f->arg) : WSET_KEEP;
+
 		*why = "a corrupt space in the working set";
-		if (!space_ok(&ws->spaces[i]))
+		if (!space_ok(s))
 			return -EBADMSG;
-		pages += ws->spaces[i].src_size / ws->spaces[i].page_size;
+		*why = "a space of the working set is not one of the sources";
+		if (use == WSET_REFUSE)
+			return -EXDEV;
+		rd->left[i] = use == WSET_KEEP ? s->src_size / s->page_size + 1
+					       : 0;
 	}
-	for (uint64_t i = 0; i < ws->nr; i++) {
-		const struct wset_entry *e = &ws->e[i];
-		const struct wset_space *s;
-
-		*why = "a working-set entry names no space of the set";
-		if (e->space >= ws->nr_spaces || e->reserved)
-			return -EBADMSG;
-		s = &ws->spaces[e->space];
-		*why = "the working set lists pages beyond its source";
-		if (e->page >= s->src_size / s->page_size)
-			return -ERANGE;
-	}
-	*why = "the working set lists more pages than its sources have";
-	return ws->nr > pages ? -EBADMSG : 0;
-}
-
-/*
- * wset_parse() - the set in [buf, buf + len), checked (see the file's
- * comment). Returns 0, or -EINVAL (not a set), -EPROTONOSUPPORT (another
- * version), -EBADMSG (truncated, corrupt), -ERANGE (pages beyond their
- * source), -ENOMEM; *why says which.
- */
-int wset_parse(const void *buf, size_t len, struct wset *ws,
-	       const char **why)
-{
-	struct wset_header h = { 0 };
-	const char *p = (const char *)buf + sizeof(h);
-	int ret;
-
-	memcpy(&h, buf, len < sizeof(h) ? len : sizeof(h));
-	ret = header_check(&h, buf, len, why);
-	if (ret)
-		return ret;
-	*ws = (struct wset){ .nr_spaces = h.nr_spaces, .nr = h.nr_entries };
-	ws->spaces = malloc(h.nr_spaces * sizeof(*ws->spaces));
-	ws->e = malloc((h.nr_entries ? h.nr_entries : 1) * sizeof(*ws->e));
-	*why = "out of memory";
-	if (!ws->spaces || !ws->e) {
-		wset_free(ws);
-		return -ENOMEM;
-	}
-	memcpy(ws->spaces, p, h.nr_spaces * sizeof(*ws->spaces));
-	memcpy(ws->e, p + h.nr_spaces * sizeof(*ws->spaces),
-	       h.nr_entries * sizeof(*ws->e));
-	ret = entries_check(ws, why);
-	if (ret)
-		wset_free(ws);
 	return ret;
 }
 
-/* wset_read_fd() - the set in the file open on @fd, whole. As parse. */
-int wset_read_fd(int fd, struct wset *ws, const char **why)
+/* Room for one more entry in @ws (capacity *cap, doubled as needed). */
+static int entries_grow(struct wset *ws, uint64_t *cap)
 {
-	struct stat st;
-	char *buf;
-	size_t done = 0;
+	uint64_t n = *cap ? *cap * 2 : READ_CHUNK;
+	struct wset_entry *e;
+
+	if (ws->nr < *cap)
+		return 0;
+	e = realloc(ws->e, n * sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	ws->e = e;
+	*cap = n;
+	return 0;
+}
+
+/* One entry read: checked, and kept if its space is (within its bound). */
+static int entry_take(struct reader *rd, struct wset *ws, uint64_t *cap,
+		      const struct wset_entry *e, const char **why)
+{
+	const struct wset_space *s;
 	int ret;
 
+	*why = "a working-set entry names no space of the set";
+	if (e->space >= ws->nr_spaces || e->reserved)
+		return -EBADMSG;
+	s = &ws->spaces[e->space];
+	*why = "the working set lists pages beyond its source";
+	if (e->page >= s->src_size / s->page_size)
+		return -ERANGE;
+	if (!rd->left[e->space])
+		return 0; /* a space the caller skips */
+	*why = "the working set lists more pages than its sources have "
+	       "(a page twice)";
+	if (rd->left[e->space] == 1)
+		return -EBADMSG;
+	/* The cheap half of entries_unique(), at once: a hole of a sparse
+	 * file reads as one entry again and again. */
+	*why = "the working set lists a page twice";
+	if (ws->nr && !cmp_entry(e, &ws->e[ws->nr - 1]))
+		return -EBADMSG;
+	rd->left[e->space]--;
+	*why = "out of memory";
+	ret = entries_grow(ws, cap);
+	if (!ret)
+		ws->e[ws->nr++] = *e;
+	return ret;
+}
+
+/*
+ * The entries, in chunks. A page beyond its source does not stop the
+ * read: the checksum of the whole file then says whether the file is
+ * corrupt (-EBADMSG) or of another source (-ERANGE, returned here).
+ */
+static int read_entries(struct reader *rd, struct wset *ws, uint64_t nr,
+			const char **why)
+{
+	struct wset_entry *buf = malloc(READ_CHUNK * sizeof(*buf));
+	const char *beyond = NULL;
+	uint64_t cap = 0;
+	int ret = 0;
+
+	*why = "out of memory";
+	if (!buf)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < nr && !ret; i += READ_CHUNK) {
+		size_t n = nr - i < READ_CHUNK ? (size_t)(nr - i) : READ_CHUNK;
+
+		*why = "cannot read the working-set file";
+		ret = read_part(rd, buf, n * sizeof(*buf));
+		for (size_t k = 0; k < n && !ret; k++) {
+			ret = entry_take(rd, ws, &cap, &buf[k], why);
+			if (ret == -ERANGE) {
+				beyond = *why;
+				ret = 0;
+			}
+		}
+	}
+	free(buf);
+	if (!ret && beyond)
+		*why = beyond;
+	return ret ? ret : beyond ? -ERANGE : 0;
+}
+
+/* A page listed twice (a set lists a page once). Sorts a copy. */
+static int entries_unique(const struct wset *ws, const char **why)
+{
+	struct wset_entry *e = malloc((ws->nr ? ws->nr : 1) * sizeof(*e));
+	int ret = 0;
+
+	*why = "out of memory";
+	if (!e)
+		return -ENOMEM;
+	memcpy(e, ws->e, ws->nr * sizeof(*e));
+	qsort(e, ws->nr, sizeof(*e), cmp_entry);
+	*why = "the working set lists a page twice";
+	for (uint64_t i = 1; i < ws->nr && !ret; i++)
+		if (!cmp_entry(&e[i], &e[i - 1]))
+			ret = -EBADMSG;
+	free(e);
+	return ret;
+}
+
+/* The whole set from @rd, the file @len bytes long. */
+static int read_set(struct reader *rd, uint64_t len,
+		    const struct wset_filter *f, struct wset *ws,
+		    const char **why)
+{
+	struct wset_header h;
+	int ret = read_header(rd, len, &h, why);
+
+	if (ret)
+		return ret;
+	*why = "out of memory";
+	ws->nr_spaces = h.nr_spaces;
+	ws->spaces = malloc(h.nr_spaces * sizeof(*ws->spaces));
+	rd->left = calloc(h.nr_spaces, sizeof(*rd->left));
+	if (!ws->spaces || !rd->left)
+		return -ENOMEM;
+	ret = read_spaces(rd, ws, f, why);
+	if (!ret)
+		ret = read_entries(rd, ws, h.nr_entries, why);
+	if (ret && ret != -ERANGE)
+		return ret;
+	/* A page beyond its source in a file whose checksum fails is a
+	 * corrupt file, not a set of another source. */
+	if (rd->crc != h.crc) {
+		*why = "the working-set file's checksum does not match";
+		return -EBADMSG;
+	}
+	return ret ? ret : entries_unique(ws, why);
+}
+
+/*
+ * wset_read_fd() - the set in the file open on @fd, checked (see the
+ * file's comment), with only the spaces filter @f keeps (NULL: all).
+ * Returns 0, or -EINVAL (not a set), -EPROTONOSUPPORT (another version),
+ * -EBADMSG (truncated, corrupt, a page listed twice, more pages than the
+ * kept spaces' sources have), -ERANGE (pages beyond their source),
+ * -EXDEV (@f refused a space), -ENOMEM, or read()'s error; *why says
+ * which. Memory: 16 bytes per entry kept, twice while it is checked.
+ */
+int wset_read_fd(int fd, const struct wset_filter *f, struct wset *ws,
+		 const char **why)
+{
+	struct reader rd = { .fd = fd };
+	struct stat st;
+	int ret;
+
+	*ws = (struct wset){ 0 };
 	*why = "cannot read the working-set file";
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	*why = "the working-set file is not a regular file, or too large";
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > WSET_MAX_BYTES)
 		return -EINVAL;
-	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!buf)
-		return -ENOMEM;
-	while (done < (size_t)st.st_size) {
-		ssize_t n = pread(fd, buf + done, (size_t)st.st_size - done,
-				  (off_t)done);
-
-		if (n <= 0)
-			break;
-		done += (size_t)n;
-	}
-	ret = wset_parse(buf, done, ws, why);
-	free(buf);
+	ret = read_set(&rd, (uint64_t)st.st_size, f, ws, why);
+	free(rd.left);
+	if (ret)
+		wset_free(ws);
 	return ret;
 }
 
-/* wset_load() - the set in the file at @path. As parse, or open's error. */
-int wset_load(const char *path, struct wset *ws, const char **why)
+/* wset_load() - the set in the file at @path. As read_fd, or open's error. */
+int wset_load(const char *path, const struct wset_filter *f, struct wset *ws,
+	      const char **why)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
 
 	*why = "cannot open the working-set file";
 	if (fd < 0)
 		return -errno;
-	ret = wset_read_fd(fd, ws, why);
+	ret = wset_read_fd(fd, f, ws, why);
 	close(fd);
 	return ret;
 }
@@ -403,14 +553,6 @@ nomem:
 	return -ENOMEM;
 }
 
-static int cmp_entry(const void *a, const void *b)
-{
-	const struct wset_entry *x = a, *y = b;
-
-	if (x->space != y->space)
-		return x->space < y->space ? -1 : 1;
-	return x->page < y->page ? -1 : x->page > y->page;
-}
 
 /* Entry @i of the set being deduplicated, for cmp_at(). */
 static const struct wset_entry *dedupe_e;

@@ -82,10 +82,25 @@ struct wset_rec {
 	int err;		/* an entry was lost (out of memory) */
 };
 
-int wset_parse(const void *buf, size_t len, struct wset *ws,
-	       const char **why);
-int wset_read_fd(int fd, struct wset *ws, const char **why);
-int wset_load(const char *path, struct wset *ws, const char **why);
+/*
+ * What a reader of a set does with each of its spaces, before it reads
+ * an entry: keeps the space's entries, skips them (a space the caller
+ * does not serve: read, checked and left out) or refuses the whole set.
+ * A caller that keeps a space has checked it against its own source
+ * (size, page size, identity): the entries it keeps are then bounded by
+ * that source's pages, never by what the file claims.
+ */
+enum wset_use { WSET_KEEP, WSET_SKIP, WSET_REFUSE };
+
+struct wset_filter {
+	enum wset_use (*use)(const struct wset_space *s, void *arg);
+	void *arg;
+};
+
+int wset_read_fd(int fd, const struct wset_filter *f, struct wset *ws,
+		 const char **why);
+int wset_load(const char *path, const struct wset_filter *f, struct wset *ws,
+	      const char **why);
 int wset_write_fd(int fd, const struct wset *ws);
 int wset_save(const char *path, const struct wset *ws);
 void wset_free(struct wset *ws);

@@ -1851,7 +1851,7 @@ static uint64_t ws_check_set(const struct h_task *t, const char *path)
 	const char *why = NULL;
 	struct wset ws;
 
-	cr_assert_eq(wset_load(path, &ws, &why), 0, "%s: %s", path, why);
+	cr_assert_eq(wset_load(path, NULL, &ws, &why), 0, "%s: %s", path, why);
 	cr_assert_eq(ws.nr_spaces, 1);
 	cr_assert_eq(ws.spaces[0].space_id, (uint64_t)t->pid);
 	cr_assert_eq(ws.spaces[0].page_size, 4096);
@@ -1964,7 +1964,7 @@ Test(criu, faultd_working_set_of_another_dump)
 	h_go_and_check(&a, line, sizeof(line));
 	faultd_exits(lp, 0);
 	/* The same set said to be of b's task: of another dump still. */
-	cr_assert_eq(wset_load(h_path("a.ws"), &ws, &why), 0, "%s", why);
+	cr_assert_eq(wset_load(h_path("a.ws"), NULL, &ws, &why), 0, "%s", why);
 	ws.spaces[0].space_id = (uint64_t)b.pid;
 	cr_assert_eq(wset_save(h_path("b.ws"), &ws), 0);
 	wset_free(&ws);

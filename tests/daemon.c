@@ -1378,7 +1378,7 @@ Test(daemon, the_daemon_records_the_pages_touched)
 	end = test_now_ns() + 10000000000ull;
 	while ((stat(rec, &st) || !st.st_size) && test_now_ns() < end)
 		usleep(10000);
-	cr_assert_eq(wset_load(rec, &ws, &why), 0, "%s", why);
+	cr_assert_eq(wset_load(rec, NULL, &ws, &why), 0, "%s", why);
 	cr_assert_eq(ws.nr, 10);
 	for (int i = 0; i < 10; i++)
 		cr_assert_eq(ws.e[i].page, pages[i], "entry %d", i);

@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "daemon-helpers.h"
@@ -106,7 +107,7 @@ static int load(const char *path, struct wset *ws)
 {
 	const char *why;
 
-	return wset_load(path, ws, &why);
+	return wset_load(path, NULL, ws, &why);
 }
 
 /* Write @len bytes of @path at @off. */
@@ -707,4 +708,110 @@ Test(wset, a_page_listed_twice_is_kept_once_in_its_first_place)
 	cr_assert(e[1].space == 1 && e[1].page == 4);
 	cr_assert(e[2].space == 0 && e[2].page == 2);
 	cr_assert(e[3].space == 0 && e[3].page == 9);
+}
+
+/* ------------------------------------------------------------------------
+ * Sets that claim more than they are: read in bounded memory, refused.
+ */
+
+/* A set file of @nr entries of one space of @src_size bytes, the entries
+ * left a hole: what a sparse file of a few KiB on disk claims. */
+static const char *sparse_set(const char *name, uint64_t src_size,
+			      uint64_t nr)
+{
+	struct wset_header h = { .magic = WSET_MAGIC, .version = WSET_VERSION,
+				 .header_size = sizeof(h), .nr_spaces = 1,
+				 .nr_entries = nr };
+	struct wset_space sp = space_of(7, src_size);
+	const char *p = path_of(name);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, &h, sizeof(h)), (ssize_t)sizeof(h));
+	cr_assert_eq(write(fd, &sp, sizeof(sp)), (ssize_t)sizeof(sp));
+	cr_assert_eq(ftruncate(fd, (off_t)(sizeof(h) + sizeof(sp) +
+					   nr * sizeof(struct wset_entry))), 0);
+	close(fd);
+	return p;
+}
+
+/* In a child: load @arg; exit 0 when refused as a page listed twice with
+ * at most 64 MiB resident at the peak, else what went wrong. */
+static void load_bounded_child(void *arg)
+{
+	struct rusage ru;
+	struct wset ws;
+	const char *why;
+	int ret = wset_load(arg, NULL, &ws, &why);
+
+	getrusage(RUSAGE_SELF, &ru);
+	if (ret != -EBADMSG || !strstr(why, "twice"))
+		_exit(2);
+	_exit(ru.ru_maxrss > 64 * 1024 ? 3 : 0);
+}
+
+/* Keep a space of a source of 64 pages, as a daemon checks its sources. */
+static enum wset_use use_64_pages(const struct wset_space *s, void *arg)
+{
+	(void)arg;
+	return s->src_size == 64 * PAGE ? WSET_KEEP : WSET_REFUSE;
+}
+
+Test(wset, sets_are_read_in_bounded_memory_and_list_a_page_once)
+{
+	struct wset_space sp = space_of(7, 64 * PAGE);
+	struct wset_entry e[8];
+	const uint64_t twice[] = { 5, 1, 9, 1 };
+	const struct wset_filter f = { use_64_pages, NULL };
+	const char *p = path_of("twice.ws"), *big, *why;
+	char args[1024], out[4096];
+	struct wset ws;
+
+	/* A page listed twice, apart: refused (faultd-working-set(5)). */
+	set_of(&ws, &sp, e, twice, 4);
+	cr_assert_eq(wset_save(p, &ws), 0);
+	cr_assert_eq(wset_load(p, NULL, &ws, &why), -EBADMSG);
+	cr_assert(strstr(why, "twice"), "%s", why);
+
+	/* 2 GiB of entries that are a hole: refused at the second, with
+	 * the memory of a small set (it used to cost 2.1 GB). */
+	big = sparse_set("sparse.ws", 1ull << 40, (2ull << 30) / 16);
+	cr_assert_eq(run_in_child(load_bounded_child, (void *)big), -1,
+		     "loaded whole, or not refused as a page listed twice");
+	snprintf(args, sizeof(args), "show %s", big);
+	cr_assert_eq(cli(args, out, sizeof(out)), 1, "%s", out);
+	cr_assert(strstr(out, "twice"), "%s", out);
+
+	/* A reader that knows its sources refuses a set of another size
+	 * before it reads an entry. */
+	cr_assert_eq(wset_load(big, &f, &ws, &why), -EXDEV);
+	set_of(&ws, &sp, e, twice, 3);
+	cr_assert_eq(wset_save(p, &ws), 0);
+	cr_assert_eq(wset_load(p, &f, &ws, &why), 0, "%s", why);
+	cr_assert_eq(ws.nr, 3);
+	wset_free(&ws);
+}
+
+Test(wset, merge_writes_through_a_symlink)
+{
+	struct wset_space sp = space_of(7, 64 * PAGE);
+	struct wset_entry e[8];
+	const uint64_t a[] = { 5, 1, 9, 3 };
+	const char *pa = path_of("a.ws"), *target = path_of("target.ws");
+	const char *link = path_of("link.ws");
+	char args[1024], out[4096], to[256];
+	struct wset ws;
+	struct stat st;
+
+	set_of(&ws, &sp, e, a, 4);
+	cr_assert_eq(wset_save(pa, &ws), 0);
+	cr_assert_eq(symlink("target.ws", link), 0);
+	snprintf(args, sizeof(args), "merge -o %s %s", link, pa);
+	cr_assert_eq(cli(args, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(lstat(link, &st), 0);
+	cr_assert(S_ISLNK(st.st_mode), "the link was replaced");
+	cr_assert_eq(readlink(link, to, sizeof(to)), 9);
+	cr_assert_eq(load(target, &ws), 0, "the set is at the link's target");
+	cr_assert_eq(ws.nr, 4);
+	wset_free(&ws);
 }
