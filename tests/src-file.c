@@ -16,7 +16,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "src_file.h"
+#include "file.h"
 
 #define PAGE 4096ul
 #define HUGE (2ul << 20)

@@ -20,7 +20,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "internal.h"
+#include "peer.h"
+#include "proto.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

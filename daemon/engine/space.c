@@ -37,7 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
 
 #define AROUND_DEFAULT (64ul << 10)
 #define ZERO_AROUND (2ul << 20) /* most zeros one fault resolves */
@@ -285,7 +285,7 @@ static void range_insert_locked(struct space *sp, const struct srange *in,
  */
 static void event_failed(struct space *sp, const char *what, int err)
 {
-	dlog(0, "%s: space %llu: cannot apply %s: %s: ending the session",
+	dlog(LOG_WARNING, "%s: space %llu: cannot apply %s: %s: ending the session",
 	     sp->s->o.name, (unsigned long long)sp->id, what, strerror(-err));
 	session_stop(sp->s);
 }
@@ -296,7 +296,7 @@ static void ranges_changed_locked(struct space *sp)
 	int ret = state_journal(sp);
 
 	if (ret)
-		dlog(0, "%s: space %llu: cannot journal its ranges: %s: a "
+		dlog(LOG_WARNING, "%s: space %llu: cannot journal its ranges: %s: a "
 			"restart would serve the old ones", sp->s->o.name,
 		     (unsigned long long)sp->id, strerror(-ret));
 }
@@ -439,7 +439,7 @@ static void space_event(struct ureader *rd, struct uport *p,
 		ev_unmap(sp, m->arg.remove.start, m->arg.remove.end);
 		break;
 	}
-	dlog(2, "%s: space %llu: event %#x %#llx %#llx %#llx", sp->s->o.name,
+	dlog(LOG_DEBUG, "%s: space %llu: event %#x %#llx %#llx %#llx", sp->s->o.name,
 	     (unsigned long long)sp->id, m->event,
 	     (unsigned long long)m->arg.reserved.reserved1,
 	     (unsigned long long)m->arg.reserved.reserved2,
@@ -737,7 +737,7 @@ static void poison_page_locked(struct space *sp, const struct plan *pl,
 	struct inst_res res;
 	uint64_t bit;
 
-	dlog(0, "%s: space %llu: page %#llx (source offset %#llx): %s: "
+	dlog(LOG_WARNING, "%s: space %llu: page %#llx (source offset %#llx): %s: "
 		"poisoned", sp->s->o.name, (unsigned long long)sp->id,
 	     (unsigned long long)pl->page,
 	     (unsigned long long)(pl->src + (pl->page - pl->start)),
@@ -835,8 +835,8 @@ static int fault_once(struct space *sp, uint64_t page, char *buf,
 	if (viewed)
 		*no_view = true;
 	else
-		dlog(last ? 0 : 1, "%s: space %llu: fault at %#llx: %s%s",
-		     sp->s->o.name,
+		dlog(last ? LOG_WARNING : LOG_INFO,
+		     "%s: space %llu: fault at %#llx: %s%s", sp->s->o.name,
 		     (unsigned long long)sp->id, (unsigned long long)page,
 		     strerror(-ret), last ? ": poisoned" : ": again");
 	return last && !viewed ? F_DONE : F_REPLAN;
@@ -1418,7 +1418,7 @@ static void record_space(struct space *sp)
 	space_describe(sp, &d);
 	sp->seen = calloc(bitmap_words(sp->nr_pages) + 1, sizeof(*sp->seen));
 	if (!sp->seen || wset_rec_space(sp->s->rec, &d, &sp->rec_space)) {
-		dlog(0, "%s: space %llu: its faults cannot be recorded: out "
+		dlog(LOG_WARNING, "%s: space %llu: its faults cannot be recorded: out "
 			"of memory", sp->s->o.name, (unsigned long long)sp->id);
 		free(sp->seen);
 		sp->seen = NULL;

@@ -16,7 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
+#include "internal.h"
+#include "peer.h"
+#include "proto.h"
 
 /*
  * Is @fd a userfaultfd opened with O_NONBLOCK? 0, -EBADF (not one) or

@@ -30,9 +30,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "front.h"
 #include "criu.h"
-#include "front_criu.h"
+#include "lazy_pages.h"
 #include "sockfile.h"
 
 #define SOCK_NAME "lazy-pages.socket"
@@ -149,7 +149,7 @@ static void *waiting_main(void *arg)
 	sockfile_close(&w->sf);
 	if (c < 0) {
 		if (c != -ECANCELED)
-			dlog(0, "%s: %s: no restore served", w->path,
+			dlog(LOG_WARNING, "%s: %s: no restore served", w->path,
 			     strerror(-c));
 		lazy_daemon_free(lp);
 	}
@@ -160,7 +160,7 @@ static void *waiting_main(void *arg)
 	lazy_pages_started(lp);
 	ret = criu_serve(lp, c, cr.uid, cr.pid); /* frees @lp at its end */
 	if (ret)
-		dlog(0, "cannot serve the restore: %s", strerror(-ret));
+		dlog(LOG_WARNING, "cannot serve the restore: %s", strerror(-ret));
 	return NULL;
 }
 
@@ -211,7 +211,7 @@ static int start_waiting(const struct proto_lazy_pages *m,
 		return criu_why(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
 				strerror(-ret));
 	}
-	dlog(1, "%s: waits for criu restore of %s", w->path, lp->dir);
+	dlog(LOG_INFO, "%s: waits for criu restore of %s", w->path, lp->dir);
 	ret = waiting_take(why, why_len);
 	if (!ret && (ret = daemon_thread_start(waiting_main, w, "faultd-criu"))) {
 		waiting_done();
@@ -322,7 +322,7 @@ void lazy_daemon_asked(int sock, const struct peer *peer,
 			lazy_daemon_free(lp);
 	}
 	if (ret) {
-		dlog(1, "LAZY_PAGES of uid %u refused: %s",
+		dlog(LOG_INFO, "LAZY_PAGES of uid %u refused: %s",
 		     (unsigned int)peer->uid, why);
 		proto_error_send(sock, ret, "%s", why);
 		return;

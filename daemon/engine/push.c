@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
 
 #define PUSH_MAX (1ul << 20)	/* one run's most: the buffer stays in cache */
 /* One install's most (a huge page, if larger): a handler that waits for
@@ -244,7 +244,7 @@ static bool push_run(struct pusher *p, const struct space_run *run,
 		return true;
 	}
 	if (n < 0)
-		dlog(1, "%s: push at %#llx: %s", p->s->o.name,
+		dlog(LOG_INFO, "%s: push at %#llx: %s", p->s->o.name,
 		     (unsigned long long)run->start, strerror((int)-n));
 	p->cursor = run->start + run->len;
 	return n > 0;

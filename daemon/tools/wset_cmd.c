@@ -20,8 +20,11 @@
 #include <libgen.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "daemon.h"
+#include "internal.h"
+#include "tools.h"
+#include "wset.h"
 
 static void usage(void)
 {

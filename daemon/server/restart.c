@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "server.h"
 
 #define STOP_WAIT_MS 5000
 
@@ -21,10 +21,10 @@ static void *adopted_main(void *arg)
 {
 	struct session *s = arg;
 
-	dlog(1, "%s: adopted, %u spaces", s->o.name,
+	dlog(LOG_INFO, "%s: adopted, %u spaces", s->o.name,
 	     atomic_load(&s->nr_spaces));
 	session_run(s);
-	dlog(1, "%s ends", s->o.name);
+	dlog(LOG_INFO, "%s ends", s->o.name);
 	session_free(s);
 	return NULL;
 }
@@ -45,7 +45,7 @@ static void on_entry(void *arg, struct keep_entry *e)
 	if (session_adopt_entry(e, &s))
 		return;
 	if (daemon_thread_start(adopted_main, s, "faultd-adopt") < 0) {
-		dlog(0, "%s: cannot start a thread for it", s->o.name);
+		dlog(LOG_WARNING, "%s: cannot start a thread for it", s->o.name);
 		session_free(s);
 	}
 }
@@ -61,12 +61,12 @@ int restart_begin(const struct keep_opts *o)
 	int ret = keep_open(o, &daemon_keep);
 
 	if (ret == -EBUSY)
-		dlog(0, "%s: another faultd serves this socket", o->socket);
+		dlog(LOG_WARNING, "%s: another faultd serves this socket", o->socket);
 	if (ret)
 		return ret;
 	ret = keep_fetch(daemon_keep, on_entry, NULL);
 	if (ret)
-		dlog(0, "cannot fetch what the keeper holds: %s",
+		dlog(LOG_WARNING, "cannot fetch what the keeper holds: %s",
 		     strerror(-ret));
 	return kept_listen;
 }
@@ -92,10 +92,10 @@ void restart_keeper_lost(void)
 
 	if (!daemon_keep || !keep_lost(daemon_keep))
 		return;
-	dlog(0, "the keeper is gone: starting another");
+	dlog(LOG_WARNING, "the keeper is gone: starting another");
 	ret = keep_reopen(daemon_keep);
 	if (ret) {
-		dlog(0, "cannot start a keeper: %s: a restart would lose the "
+		dlog(LOG_WARNING, "cannot start a keeper: %s: a restart would lose the "
 			"sessions", strerror(-ret));
 		keep_close(daemon_keep, false);
 		daemon_keep = NULL;
@@ -124,7 +124,7 @@ bool restart_end(void)
 	if (!daemon_keep)
 		return true;
 	if (sessions_left_kept() || left) {
-		dlog(0, "stopping: %zu sessions stay kept (%s) for the next "
+		dlog(LOG_WARNING, "stopping: %zu sessions stay kept (%s) for the next "
 			"faultd", left, keep_pid(daemon_keep)
 					     ? "by the keeper"
 					     : "in the fd store");

@@ -40,7 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
 
 #define REPLAY_READ (4ul << 20)	/* one span's most */
 #define REPLAY_GAP (256ul << 10)	/* runs this close: one read */
@@ -144,7 +144,7 @@ static int replay_match(struct session *s, struct replay *rp,
 		int ret;
 
 		if (!sp) {
-			dlog(0, "%s: working set: space %llu is not one of "
+			dlog(LOG_WARNING, "%s: working set: space %llu is not one of "
 				"this session's sources: its pages are not "
 				"replayed", s->o.name,
 			     (unsigned long long)ws->spaces[k].space_id);
@@ -208,7 +208,7 @@ static void replay_prepare(struct session *s)
 	int ret = replay_load(s, &ws, &why);
 
 	if (ret) {
-		dlog(0, "%s: working set %s: %s (%s): not used", s->o.name,
+		dlog(LOG_WARNING, "%s: working set %s: %s (%s): not used", s->o.name,
 		     name, why, strerror(-ret));
 		return;
 	}
@@ -216,12 +216,12 @@ static void replay_prepare(struct session *s)
 	ret = rp ? replay_match(s, rp, &ws, &used) : -ENOMEM;
 	wset_free(&ws);
 	if (!ret && !used)
-		dlog(0, "%s: working set %s: a set of another source: not "
+		dlog(LOG_WARNING, "%s: working set %s: a set of another source: not "
 			"used", s->o.name, name);
 	if (!ret && used)
 		ret = replay_bufs(rp);
 	if (ret)
-		dlog(0, "%s: working set %s: %s: not used", s->o.name, name,
+		dlog(LOG_WARNING, "%s: working set %s: %s: not used", s->o.name, name,
 		     strerror(-ret));
 	if (ret || !used) {
 		if (rp)
@@ -230,7 +230,7 @@ static void replay_prepare(struct session *s)
 	}
 	atomic_init(&rp->running, PUSHERS);
 	atomic_store(&s->replay_start_ns, now_ns());
-	dlog(1, "%s: working set %s: %llu pages, %zu reads", s->o.name, name,
+	dlog(LOG_INFO, "%s: working set %s: %llu pages, %zu reads", s->o.name, name,
 	     (unsigned long long)rp->pages, rp->nr);
 	s->replay = rp;
 }
@@ -305,7 +305,7 @@ static void span_replay(struct session *s, struct replay *rp,
 	uint64_t pages = 0;
 
 	if (ret) {
-		dlog(1, "%s: working set: source [%#llx, +%#llx): %s: left to "
+		dlog(LOG_INFO, "%s: working set: source [%#llx, +%#llx): %s: left to "
 			"the faults", s->o.name, (unsigned long long)sp->off,
 		     (unsigned long long)sp->len, strerror(-ret));
 		return;
@@ -344,7 +344,7 @@ void replay_run(struct session *s, unsigned int k, unsigned int slot)
 		return;
 	atomic_store(&s->replay_end_ns, now_ns());
 	pthread_cond_broadcast(&s->push_cond); /* replay_busy() waiters */
-	dlog(1, "%s: working set replayed: %llu pages installed, %llu KiB "
+	dlog(LOG_INFO, "%s: working set replayed: %llu pages installed, %llu KiB "
 		"read in %llu ms", s->o.name,
 	     (unsigned long long)atomic_load(&s->replay_pages),
 	     (unsigned long long)atomic_load(&s->replay_bytes) >> 10,

@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
 
 #define PROGRESS_MS 100
 #define HANDLERS_MAX 4	/* + PUSHERS install slots <= INFLIGHT_SLOTS */
@@ -372,11 +372,11 @@ int session_record_save(struct session *s)
 		ret = s->o.record_path ? wset_save(s->o.record_path, &ws)
 				       : wset_write_fd(s->o.record_fd, &ws);
 	if (ret) {
-		dlog(0, "%s: cannot write the working set%s%s: %s",
+		dlog(LOG_WARNING, "%s: cannot write the working set%s%s: %s",
 		     s->o.name, s->o.record_path ? " " : "",
 		     s->o.record_path ? s->o.record_path : "", strerror(-ret));
 	} else {
-		dlog(1, "%s: working set written: %llu pages", s->o.name,
+		dlog(LOG_INFO, "%s: working set written: %llu pages", s->o.name,
 		     (unsigned long long)ws.nr);
 		s->rec->written = noted;
 		s->rec_saved = true;
@@ -442,7 +442,7 @@ static void uffd_nonblock(struct space *sp, unsigned int *strikes)
 		return;
 	fcntl(sp->uffd, F_SETFL, fl | O_NONBLOCK);
 	if (++*strikes == NONBLOCK_STRIKES) {
-		dlog(0, "%s: the client keeps clearing O_NONBLOCK on its "
+		dlog(LOG_WARNING, "%s: the client keeps clearing O_NONBLOCK on its "
 			"userfaultfd: ending the session", sp->s->o.name);
 		session_stop(sp->s);
 	}
@@ -711,119 +711,6 @@ void sessions_stop_all(void)
 	for (struct session *s = sessions; s; s = s->next)
 		session_stop(s);
 	pthread_mutex_unlock(&sessions_lock);
-}
-
-/* ------------------------------------------------------------------------
- * The daemon's own threads that no one joins by name (a session's control
- * loop, a restore that waits for CRIU, an adopted session). The daemon
- * exits only once they have ended, thread-exit handlers included: a
- * process that exits under them hands what they hold to its exit path,
- * and LeakSanitizer reports the thread-local state of a library (OpenSSL
- * keeps one per thread, freed as the thread ends) that a thread ending
- * during its check still held. So each is joined: at the next start
- * once it is done, or by daemon_threads_wait().
- */
-
-struct daemon_thread {
-	void *(*fn)(void *);
-	void *arg;
-	pthread_t t;
-	struct daemon_thread *next;
-};
-
-static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t threads_cond = PTHREAD_COND_INITIALIZER;
-static unsigned int nr_threads;		/* running @fn */
-static struct daemon_thread *threads_done; /* @fn returned, not joined */
-
-static void *daemon_thread_main(void *p)
-{
-	struct daemon_thread *d = p;
-
-	d->fn(d->arg);
-	pthread_mutex_lock(&threads_lock);
-	nr_threads--;
-	d->next = threads_done;
-	threads_done = d;
-	pthread_cond_broadcast(&threads_cond);
-	pthread_mutex_unlock(&threads_lock);
-	return NULL;
-}
-
-/* Join the threads whose @fn returned (they end at once). */
-static void threads_reap(void)
-{
-	struct daemon_thread *d;
-
-	pthread_mutex_lock(&threads_lock);
-	d = threads_done;
-	threads_done = NULL;
-	pthread_mutex_unlock(&threads_lock);
-	while (d) {
-		struct daemon_thread *next = d->next;
-
-		pthread_join(d->t, NULL);
-		free(d);
-		d = next;
-	}
-}
-
-/*
- * daemon_thread_start() - run @fn(@arg) on a thread named @name, joined
- * once @fn returns. Returns 0 or -errno (@fn not called: @arg is still
- * the caller's).
- */
-int daemon_thread_start(void *(*fn)(void *), void *arg, const char *name)
-{
-	struct daemon_thread *d = malloc(sizeof(*d));
-	int ret;
-
-	threads_reap();
-	if (!d)
-		return -ENOMEM;
-	d->fn = fn;
-	d->arg = arg;
-	pthread_mutex_lock(&threads_lock);
-	nr_threads++;
-	/* Under the lock: @d is on threads_done only after d->t is set. */
-	ret = thread_start(&d->t, daemon_thread_main, d, name);
-	if (ret)
-		nr_threads--;
-	pthread_mutex_unlock(&threads_lock);
-	if (ret)
-		free(d);
-	return ret;
-}
-
-/*
- * daemon_threads_wait() - after sessions_stop_all(): wait up to @ms for
- * every thread of daemon_thread_start() to end, and join them. Returns
- * how many still run (logged: the daemon exits anyway, a stuck peer does
- * not hold it).
- */
-unsigned int daemon_threads_wait(unsigned int ms)
-{
-	struct timespec until;
-	unsigned int left;
-
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&threads_lock);
-	while (nr_threads &&
-	       pthread_cond_clockwait(&threads_cond, &threads_lock,
-				      CLOCK_MONOTONIC, &until) != ETIMEDOUT)
-		;
-	left = nr_threads;
-	pthread_mutex_unlock(&threads_lock);
-	threads_reap();
-	if (left)
-		dlog(0, "exiting with %u thread(s) still at work", left);
-	return left;
 }
 
 /* ------------------------------------------------------------------------

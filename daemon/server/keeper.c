@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "server.h"
 #include "keep_proto.h"
 #include "sockfile.h"
 

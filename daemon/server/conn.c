@@ -32,8 +32,8 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
-#include "daemon.h"
-#include "front_criu.h"
+#include "server.h"
+#include "lazy_pages.h"
 
 #define REFUSING_MAX 64
 #define BACKOFF_MS 100
@@ -242,7 +242,7 @@ static void conn_close(struct loop *l, struct conn *c, bool keep_sock)
 static void conn_refuse(struct loop *l, struct conn *c, int err,
 			const char *why)
 {
-	dlog(2, "connection of pid %d, uid %u: refused: %s", (int)c->peer.pid,
+	dlog(LOG_DEBUG, "connection of pid %d, uid %u: refused: %s", (int)c->peer.pid,
 	     (unsigned int)c->peer.uid, why);
 	if (c->counted) {
 		limit_give(c->uid, false);
@@ -466,7 +466,7 @@ static void fd_shortage(struct loop *l)
 	int c;
 
 	if (!l->short_of_fds)
-		dlog(0, "out of descriptors: new connections are closed at "
+		dlog(LOG_WARNING, "out of descriptors: new connections are closed at "
 			"once until some are free");
 	l->short_of_fds = true;
 	if (l->reserve >= 0)
@@ -493,7 +493,7 @@ static void accept_one(struct loop *l)
 		return;
 	}
 	if (l->short_of_fds) {
-		dlog(0, "descriptors are free again: %lu connections were "
+		dlog(LOG_WARNING, "descriptors are free again: %lu connections were "
 			"closed meanwhile", l->dropped);
 		l->short_of_fds = false;
 		l->dropped = 0;

@@ -189,3 +189,30 @@ void sockfile_close(struct sockfile *f)
 		close(f->dirfd);
 	*f = (struct sockfile){ .dirfd = -1 };
 }
+
+/*
+ * daemon_listen() - a Unix socket of @type (SOCK_SEQPACKET, SOCK_STREAM)
+ * listening at @path, made through @f (sockfile.h: removed at the end by
+ * the directory opened now), its mode set by the umask before bind(): the
+ * path is not touched after. Returns it, or -errno (-EADDRINUSE: someone
+ * listens there; -EEXIST: something other than a stale socket of ours is
+ * there).
+ */
+int daemon_listen(struct sockfile *f, const char *path, int type)
+{
+	mode_t mask;
+	int ret = sockfile_open(f, path, true);
+
+	if (ret)
+		return ret;
+	/*
+	 * The file bind() makes takes the socket's mode less the umask, so
+	 * the umask sets it: a chmod() of the path afterwards would follow
+	 * whatever another user put there meanwhile. No other thread runs
+	 * yet to see this umask.
+	 */
+	mask = umask(geteuid() == 0 ? 0111 : 0177);
+	ret = sockfile_listen(f, type, 0777, 128);
+	umask(mask);
+	return ret;
+}

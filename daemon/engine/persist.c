@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
 #include "persist.h"
 
 #define KSTATE_VERSION 1
@@ -451,7 +451,7 @@ int session_persist(struct session *s)
 	pthread_mutex_unlock(&keep_lock);
 	pthread_rwlock_unlock(&s->spaces_lock);
 	if (ret)
-		dlog(0, "%s: cannot keep it outside the daemon: %s: a restart "
+		dlog(LOG_WARNING, "%s: cannot keep it outside the daemon: %s: a restart "
 			"would lose it", s->o.name, strerror(-ret));
 	else
 		s->kept = true;
@@ -522,7 +522,7 @@ static void sources_check(struct session *s, const struct ksession *r)
 		src_identity(s->srcs[k]->keep_fd, &now);
 		if (!memcmp(&now, &r->src[k], sizeof(now)))
 			continue;
-		dlog(0, "%s: its source %zu changed since the session began "
+		dlog(LOG_WARNING, "%s: its source %zu changed since the session began "
 			"(size or time): its pages left are poisoned, not "
 			"served", s->o.name, k);
 		s->srcs[k]->stale = true;
@@ -626,7 +626,7 @@ int session_adopt_entry(struct keep_entry *e, struct session **sp)
 	if (!ret)
 		ret = adopt(sp, e, r);
 	if (ret)
-		dlog(0, "kept entry %s: cannot adopt it: %s", e->name,
+		dlog(LOG_WARNING, "kept entry %s: cannot adopt it: %s", e->name,
 		     ret == -EPROTONOSUPPORT
 			     ? "kept by another version of faultd"
 			     : strerror(-ret));

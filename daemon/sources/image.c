@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "image.h"
+#include "internal.h"
+#include "wset.h"
 
 struct src_image {
 	struct source src;

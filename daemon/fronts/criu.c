@@ -45,9 +45,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "front.h"
 #include "criu.h"
-#include "front_criu.h"
+#include "lazy_pages.h"
 
 #define RSTF 0x52535446u	/* "ReSTore Finished" (CRIU's uffd.c) */
 #define BLOB_VERSION 2	/* 2: the dump's folder and --verify file */
@@ -293,10 +293,10 @@ static int take_task(struct session *s, struct criu_fe *f, pid_t pid,
 			f->nr_pids--; /* its source stays, unused */
 	}
 	if (ret)
-		dlog(0, "%s: task %d: %s: %s", s->o.name, (int)pid, why,
+		dlog(LOG_WARNING, "%s: task %d: %s: %s", s->o.name, (int)pid, why,
 		     strerror(-ret));
 	else
-		dlog(1, "%s: task %d: served", s->o.name, (int)pid);
+		dlog(LOG_INFO, "%s: task %d: served", s->o.name, (int)pid);
 	return ret;
 }
 
@@ -362,10 +362,10 @@ static bool on_rstf(struct session *s, struct criu_fe *f)
 		f->rstf = true;
 		session_settle(s);
 		session_persist(s);
-		dlog(1, "%s: restore finished (RSTF): %u tasks, %u zombies",
+		dlog(LOG_INFO, "%s: restore finished (RSTF): %u tasks, %u zombies",
 		     s->o.name, f->nr_pids, f->zombies);
 		if (f->nr_pids + f->zombies < n)
-			dlog(0, "%s: RSTF before %zu of the dump's %zu tasks "
+			dlog(LOG_WARNING, "%s: RSTF before %zu of the dump's %zu tasks "
 				"sent their userfaultfd", s->o.name,
 			     n - f->nr_pids - f->zombies, n);
 	}
@@ -382,7 +382,7 @@ static bool on_eof(struct session *s, struct criu_fe *f)
 		session_peer_done(s);
 		return true;
 	}
-	dlog(0, "%s: criu restore closed its connection before RSTF: the "
+	dlog(LOG_WARNING, "%s: criu restore closed its connection before RSTF: the "
 		"restore failed", s->o.name);
 	f->failed = true;
 	return false;
@@ -403,7 +403,7 @@ static bool on_task(struct session *s, struct criu_fe *f, int32_t pid)
 	if (n != 5 || fd < 0) {
 		if (fd >= 0)
 			close(fd);
-		dlog(0, "%s: task %d: no userfaultfd with its pid: not CRIU's "
+		dlog(LOG_WARNING, "%s: task %d: no userfaultfd with its pid: not CRIU's "
 			"stream", s->o.name, (int)pid);
 		f->failed = true;
 		return false;
@@ -427,7 +427,7 @@ static bool on_zombie(struct session *s, struct criu_fe *f, int32_t pid)
 	const struct criu_task *t = dump_task(f->lp, -pid);
 
 	if (!t || !t->zombie) {
-		dlog(0, "%s: %d: not a zombie of the dump", s->o.name,
+		dlog(LOG_WARNING, "%s: %d: not a zombie of the dump", s->o.name,
 		     (int)-pid);
 		f->failed = true;
 		return false;
@@ -453,7 +453,7 @@ static bool criu_peer_input(struct session *s)
 	if (n == 0 || n == -ECONNRESET)
 		return on_eof(s, f);
 	if (n != sizeof(v) || (f->rstf && v != RSTF)) {
-		dlog(0, "%s: %s", s->o.name,
+		dlog(LOG_WARNING, "%s: %s", s->o.name,
 		     n < 0 ? strerror((int)-n)
 			   : "a message that is not of CRIU's stream");
 		f->failed = true;
@@ -465,7 +465,7 @@ static bool criu_peer_input(struct session *s)
 		return on_zombie(s, f, (int32_t)v);
 	if (v != 0)
 		return on_task(s, f, (int32_t)v);
-	dlog(0, "%s: pid 0: not CRIU's stream", s->o.name);
+	dlog(LOG_WARNING, "%s: pid 0: not CRIU's stream", s->o.name);
 	f->failed = true;
 	return false;
 }
@@ -521,7 +521,7 @@ static void criu_tick(struct session *s, bool all_in)
 /* A task exited: the others are served on. */
 static bool criu_space_gone(struct session *s, struct space *sp)
 {
-	dlog(1, "%s: task %llu exited", s->o.name,
+	dlog(LOG_INFO, "%s: task %llu exited", s->o.name,
 	     (unsigned long long)sp->id);
 	return true;
 }
@@ -601,7 +601,7 @@ static int adopt_sources(struct session *s, struct criu_fe *f)
 		int ret = task_source(f->lp, f->pid[i], &src);
 
 		if (ret) {
-			dlog(0, "%s: task %d: not served by this dump (%s): "
+			dlog(LOG_WARNING, "%s: task %d: not served by this dump (%s): "
 				"its pages left are poisoned", s->o.name,
 			     (int)f->pid[i], strerror(-ret));
 			ret = stale_source(&src);
@@ -633,7 +633,7 @@ static int adopt_lp(struct session *s, const struct criu_blob *b,
 		return -EBADMSG;
 	ret = lazy_daemon_open(b->dir, b->verify, lpp, why, sizeof(why));
 	if (ret)
-		dlog(0, "%s: %s", s->o.name, why);
+		dlog(LOG_WARNING, "%s: %s", s->o.name, why);
 	return ret;
 }
 
@@ -729,7 +729,7 @@ int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 	fe_attach(s, f, sock);
 	if (s->o.around)
 		snprintf(around, sizeof(around), "%zu KiB", s->o.around >> 10);
-	dlog(1, "%s: criu restore %d (uid %u) connected: %u handlers, "
+	dlog(LOG_INFO, "%s: criu restore %d (uid %u) connected: %u handlers, "
 	     "fault-around %s, pages %schecked", s->o.name, (int)pid,
 	     (unsigned int)uid, s->nr_handlers, around, lp->sums ? "" : "not ");
 	ret = session_run(s);

@@ -21,7 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "front.h"
+#include "image.h"
 
 struct fdp {
 	int sock;
@@ -379,11 +380,11 @@ int fdp_register(int sock, const struct proto_register *m, int *fds,
 	proto_init(&ack.h, MSG_ACK, sizeof(ack));
 	ack.session = s->id;
 	ack.pages_total = f.sp->nr_pages;
-	dlog(1, "%s: pid %d, %llu pages", s->o.name, (int)peer->pid,
+	dlog(LOG_INFO, "%s: pid %d, %llu pages", s->o.name, (int)peer->pid,
 	     (unsigned long long)f.sp->nr_pages);
 	if (!proto_send(sock, &ack, NULL, 0))
 		ret = session_run(s);
-	dlog(1, "%s ends", s->o.name);
+	dlog(LOG_INFO, "%s ends", s->o.name);
 	session_free(s);
 	return ret;
 }

@@ -24,7 +24,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "engine.h"
 #include "keep_proto.h"
 
 #define KEEPER_START_MS 5000
@@ -170,7 +170,7 @@ static int keeper_connect(struct keep *k)
 	}
 	if (!peer_is_us(s)) {
 		close(s);
-		dlog(0, "%s: the keeper is not of this daemon's user", k->path);
+		dlog(LOG_WARNING, "%s: the keeper is not of this daemon's user", k->path);
 		return -EPERM;
 	}
 	return s;
@@ -226,17 +226,17 @@ static int keeper_hello(struct keep *k)
 	if (ret)
 		return ret;
 	if (m.type == K_ERROR) {
-		dlog(0, "%s: %s", k->path, m.text);
+		dlog(LOG_WARNING, "%s: %s", k->path, m.text);
 		return m.err < 0 ? m.err : -EPROTO;
 	}
 	if (m.type != K_HELLO || m.version != KEEP_VERSION) {
-		dlog(0, "%s: a keeper of another faultd (protocol %u, this is "
+		dlog(LOG_WARNING, "%s: a keeper of another faultd (protocol %u, this is "
 			"%u): stop it (kill %d) or use that faultd",
 		     k->path, m.version, KEEP_VERSION, (int)m.pid);
 		return -EPROTONOSUPPORT;
 	}
 	k->keeper = m.pid;
-	dlog(1, "keeper %d at %s holds %llu entries", (int)m.pid, k->path,
+	dlog(LOG_INFO, "keeper %d at %s holds %llu entries", (int)m.pid, k->path,
 	     (unsigned long long)m.entries);
 	return 0;
 }
@@ -302,7 +302,7 @@ int keep_open(const struct keep_opts *o, struct keep **kp)
 		else
 			ret = keeper_attach(k);
 	} else if (!getenv("NOTIFY_SOCKET")) {
-		dlog(0, "--fd-store: NOTIFY_SOCKET is not set (not run by "
+		dlog(LOG_WARNING, "--fd-store: NOTIFY_SOCKET is not set (not run by "
 			"systemd with FileDescriptorStoreMax=)");
 		ret = -EINVAL;
 	}

@@ -74,10 +74,11 @@
 
 #include <systemd/sd-daemon.h>
 
-#include "daemon.h"
+#include "front.h"
+#include "server.h"
 #include "fc_json.h"
 #include "sockfile.h"
-#include "src_file.h"
+#include "file.h"
 
 #define MAX_ALLOW 32		/* --allow-uid */
 #define MAX_PENDING 64		/* handshakes and STATUS under way */
@@ -158,7 +159,7 @@ static bool vm_peer_input(struct session *s)
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
 		return false;
 	if (n > 0 && !vm->told_input) {
-		dlog(0, "%s: the VM wrote to the socket after its handshake: "
+		dlog(LOG_WARNING, "%s: the VM wrote to the socket after its handshake: "
 			"ignored", s->o.name);
 		vm->told_input = true;
 	}
@@ -194,7 +195,7 @@ static void vm_ended(struct session *s)
 	pthread_mutex_lock(&vms_lock);
 	view_add(&total, &v);
 	pthread_mutex_unlock(&vms_lock);
-	dlog(1, "%s: %" PRIu64 " faults, %" PRIu64 " pages in for them, %"
+	dlog(LOG_INFO, "%s: %" PRIu64 " faults, %" PRIu64 " pages in for them, %"
 		PRIu64 " pushed, %" PRIu64 " zero, %" PRIu64 " REMOVE events, %"
 		PRIu64 " pages replayed", s->o.name, v.faults, v.pages_urgent,
 	     v.pages_background, v.pages_zero, v.removes, v.pages_replayed);
@@ -268,7 +269,7 @@ static int vm_adopt(struct session *s, const void *blob, size_t len,
 		if (srcfds[i] >= 0)
 			close(srcfds[i]);
 	if (ret) {
-		dlog(0, "vm %llu: cannot adopt it: %s",
+		dlog(LOG_WARNING, "vm %llu: cannot adopt it: %s",
 		     (unsigned long long)s->id, why);
 		if (peer >= 0)
 			close(peer);
@@ -436,7 +437,7 @@ static int handshake_check(struct fc_conn *c, struct srange *r)
 	if (ret)
 		return ret;
 	if (c->hs.ignored)
-		dlog(1, "VM pid %d: %u unknown keys in its handshake, the "
+		dlog(LOG_INFO, "VM pid %d: %u unknown keys in its handshake, the "
 			"first \"%s\": ignored", (int)c->peer.pid,
 		     c->hs.ignored, c->hs.ignored_key);
 	ps = c->hs.r[0].page_size;
@@ -510,7 +511,7 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 		return ret;
 	}
 	if (fo.record && !rec)
-		dlog(0, "VM pid %d: not recorded: --record-working-set records "
+		dlog(LOG_WARNING, "VM pid %d: not recorded: --record-working-set records "
 			"the first VM only", (int)c->peer.pid);
 	c->uffd = c->peer.pidfd = -1; /* the space's now */
 	vm->sock = c->sock;
@@ -558,7 +559,7 @@ static void *conn_main(void *arg)
 	vms_served += !ret;
 	pthread_mutex_unlock(&vms_lock);
 	if (ret) {
-		dlog(0, "VM pid %d (uid %u): handshake refused: %s; connection "
+		dlog(LOG_WARNING, "VM pid %d (uid %u): handshake refused: %s; connection "
 			"closed", (int)c->peer.pid, (unsigned int)c->peer.uid,
 		     c->why);
 		conn_free(c);
@@ -566,7 +567,7 @@ static void *conn_main(void *arg)
 		return NULL;
 	}
 	conn_free(c);
-	dlog(1, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s%s%s",
+	dlog(LOG_INFO, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s%s%s",
 	     s->o.name, s->spaces->nr, s->spaces->nr_pages,
 	     s->spaces->page_size, fo.prefetch ? ", prefetch" : "",
 	     s->rec ? ", recorded" : "", s->o.wset_path ? ", replay" : "");
@@ -618,13 +619,13 @@ static void accept_vm(int ls)
 	c->uffd = -1;
 	peer_init(&c->peer);
 	if (peer_cred(sock, &c->peer)) {
-		dlog(0, "a VM's connection: cannot identify its process: %s; "
+		dlog(LOG_WARNING, "a VM's connection: cannot identify its process: %s; "
 			"connection closed", strerror(errno));
 		conn_free(c);
 		return;
 	}
 	if (!uid_allowed(c->peer.uid)) {
-		dlog(0, "VM pid %d (uid %u): refused: its user is not allowed "
+		dlog(LOG_WARNING, "VM pid %d (uid %u): refused: its user is not allowed "
 			"(--allow-uid); connection closed", (int)c->peer.pid,
 		     (unsigned int)c->peer.uid);
 		conn_free(c);
@@ -632,7 +633,7 @@ static void accept_vm(int ls)
 	}
 	vm_counted(false);
 	if (!start_pending(conn_main, c, "faultd-fc-conn")) {
-		dlog(0, "VM pid %d: refused: %d handshakes under way already; "
+		dlog(LOG_WARNING, "VM pid %d: refused: %d handshakes under way already; "
 			"connection closed", (int)c->peer.pid, MAX_PENDING);
 		conn_free(c);
 		vm_uncounted();
@@ -918,7 +919,7 @@ static int on_signal(int sfd)
 	if (read(sfd, &si, sizeof(si)) != sizeof(si) ||
 	    si.ssi_signo != SIGUSR1)
 		return 1;
-	dlog(1, "SIGUSR1: the working set recorded so far is written");
+	dlog(LOG_INFO, "SIGUSR1: the working set recorded so far is written");
 	sessions_record_end_all();
 	return 0;
 }
@@ -989,6 +990,7 @@ int fc_main(int argc, char **argv)
 
 	if (parse(argc, argv) < 0)
 		return 2;
+	log_set_verbosity(dopts.verbose);
 	daemon_std_fds();
 	daemon_raise_nofile();
 	daemon_started_ms = now_ms();
@@ -1007,7 +1009,7 @@ int fc_main(int argc, char **argv)
 			sockfile_remove(&vm_sf);
 		return 1;
 	}
-	dlog(1, "firecracker: listening on %s for VMs of %s (%" PRIu64
+	dlog(LOG_INFO, "firecracker: listening on %s for VMs of %s (%" PRIu64
 	     " bytes)%s", fo.socket, fo.mem_file, mem_size,
 	     fo.prefetch ? ", prefetch" : "");
 	sd_notify(0, "READY=1");

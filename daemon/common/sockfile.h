@@ -25,5 +25,6 @@ int sockfile_adopt(struct sockfile *f, const char *path);
 int sockfile_connect(const struct sockfile *f, int type);
 void sockfile_remove(struct sockfile *f);
 void sockfile_close(struct sockfile *f);
+int daemon_listen(struct sockfile *f, const char *path, int type);
 
 #endif /* FAULTD_SOCKFILE_H */

@@ -45,9 +45,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "front.h"
+#include "server.h"
 #include "criu.h"
-#include "front_criu.h"
+#include "lazy_pages.h"
 #include "sockfile.h"
 
 #define SOCK_NAME "lazy-pages.socket"
@@ -287,10 +288,10 @@ int lazy_pages_listen(struct sockfile *f, const char *path, int type)
 	if (!ret)
 		ret = sockfile_listen(f, type, 0600, 16);
 	if (ret == -EEXIST)
-		dlog(0, "%s exists and is not a socket of this user: refused",
+		dlog(LOG_WARNING, "%s exists and is not a socket of this user: refused",
 		     path);
 	else if (ret == -EADDRINUSE)
-		dlog(0, "%s: somebody listens there already: refused", path);
+		dlog(LOG_WARNING, "%s: somebody listens there already: refused", path);
 	return ret;
 }
 
@@ -303,7 +304,7 @@ static int lazy_pages_peer_ok(int c, struct ucred *cr)
 	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, cr, &len))
 		return -errno;
 	if (cr->uid != 0 && cr->uid != geteuid()) {
-		dlog(0, "refused a connection of uid %u (pid %d): only root "
+		dlog(LOG_WARNING, "refused a connection of uid %u (pid %d): only root "
 			"or uid %u restores through this socket",
 		     (unsigned int)cr->uid, (int)cr->pid,
 		     (unsigned int)geteuid());
@@ -341,7 +342,7 @@ static bool stop_signal(int sfd)
 	if (read(sfd, &si, sizeof(si)) != sizeof(si) ||
 	    si.ssi_signo != SIGUSR1)
 		return true;
-	dlog(1, "SIGUSR1: the working set recorded so far is written");
+	dlog(LOG_INFO, "SIGUSR1: the working set recorded so far is written");
 	sessions_record_end_all();
 	return false;
 }
@@ -391,7 +392,7 @@ static void *serve_main(void *arg)
 	int ret = criu_serve(&lp, a->sock, a->cr.uid, a->cr.pid);
 
 	if (ret)
-		dlog(0, "cannot serve the restore: %s", strerror(-ret));
+		dlog(LOG_WARNING, "cannot serve the restore: %s", strerror(-ret));
 	free(a);
 	return NULL;
 }
@@ -418,7 +419,7 @@ static void ctl_start(struct ctl *c, const char *path)
 	c->ls = lazy_pages_listen(&c->sf, path, SOCK_SEQPACKET);
 	c->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (c->ls < 0 || c->stop_fd < 0) {
-		dlog(0, "%s: %s: no status for faultctl", path,
+		dlog(LOG_WARNING, "%s: %s: no status for faultctl", path,
 		     strerror(c->ls < 0 ? -c->ls : errno));
 		return;
 	}
@@ -539,7 +540,7 @@ static int serve_new(const struct lp_opts *o, const char *path, int sfd,
 		free(a);
 		return ls;
 	}
-	dlog(1, "listening on %s", path);
+	dlog(LOG_INFO, "listening on %s", path);
 	tell_ready(o, ready);
 	a->sock = lazy_pages_accept(ls, sfd, stop_signal, &a->cr);
 	close(ls);
@@ -577,7 +578,7 @@ static bool wait_sessions(int sfd)
 			(void)!read(lp.done_fd, &v, sizeof(v));
 		if (p[1].revents && stop_signal(sfd) && !stopped) {
 			stopped = true;
-			dlog(0, "stopping: the restore stays with the keeper "
+			dlog(LOG_WARNING, "stopping: the restore stays with the keeper "
 				"for the next faultd lazy-pages");
 			sessions_stop_all();
 		}
@@ -607,7 +608,7 @@ static int run(const struct lp_opts *o, const char *workdir, int ready)
 		return -EBUSY;
 	ctl_start(&ctl, ctl_path);
 	if (atomic_load(&lp.live)) {
-		dlog(0, "adopted the restore a faultd lazy-pages before this "
+		dlog(LOG_WARNING, "adopted the restore a faultd lazy-pages before this "
 			"one served");
 		tell_ready(o, ready);
 	} else {
@@ -629,6 +630,7 @@ int lazy_pages_main(int argc, char **argv)
 
 	if (parse(argc, argv, &o))
 		return 2;
+	log_set_verbosity(dopts.verbose);
 	if (o.sum)
 		return sum_cmd(&o);
 	if (!realpath(o.workdir ? o.workdir : o.dir, workdir)) {

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "src_file.h"
+#include "file.h"
 
 /* [start, end) of the file, page-aligned, holding data. */
 struct data_ext {

@@ -33,7 +33,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "common.h"
+#include "internal.h"
+#include "peer.h"
 
 /* The lines of /proc/PID/status that are the process's credentials. */
 static const char *const cred_lines[] = { "Uid:", "Gid:", "Groups:",

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * faultd.c - the daemon: serves the page faults of restored processes from
+ * main.c - faultd, the daemon: serves the page faults of restored processes from
  * their checkpoint images.
  *
  *   faultd [--socket PATH] [--max-sessions N] [--max-user-sessions N]
@@ -37,38 +37,13 @@
 
 #include <systemd/sd-daemon.h>
 
-#include "daemon.h"
-#include "front_criu.h"
+#include "lazy_pages.h"
+#include "server.h"
 #include "sockfile.h"
+#include "tools.h"
 
-struct daemon_opts dopts = {
-	.max_sessions = 1024,
-	.max_conns = 256,
-	.max_user_conns = 16,
-	.handshake_ms = 5000,
-	.keeper_grace_s = 30,
-};
-uint64_t daemon_started_ms;
 
-uint64_t now_ms(void)
-{
-	return now_ns() / 1000000;
-}
 
-/* Log to stderr: 0 errors and warnings (always), 1 info, 2 debug. */
-void dlog(int level, const char *fmt, ...)
-{
-	static const char *const names[] = { "warning", "info", "debug" };
-	va_list ap;
-
-	if (level > dopts.verbose)
-		return;
-	fprintf(stderr, "faultd: %s: ", names[level < 3 ? level : 2]);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
 
 /* ------------------------------------------------------------------------
  * Listening.
@@ -113,47 +88,8 @@ static const char *socket_path(int ls, char *buf, size_t len)
 	return buf;
 }
 
-/* Descriptors 0-2 are always open, so that no source ever gets one. */
-void daemon_std_fds(void)
-{
-	for (int fd = open("/dev/null", O_RDWR | O_CLOEXEC); fd >= 0 && fd < 3;
-	     fd = open("/dev/null", O_RDWR | O_CLOEXEC))
-		fcntl(fd, F_SETFD, 0);
-}
 
-/*
- * daemon_listen() - a Unix socket of @type (SOCK_SEQPACKET, SOCK_STREAM)
- * listening at @path, made through @f (sockfile.h: removed at the end by
- * the directory opened now), its mode set by the umask before bind(): the
- * path is not touched after. Returns it, or -errno (-EADDRINUSE: someone
- * listens there; -EEXIST: something other than a stale socket of ours is
- * there).
- */
-int daemon_listen(struct sockfile *f, const char *path, int type)
-{
-	mode_t mask;
-	int ret = sockfile_open(f, path, true);
 
-	if (ret)
-		return ret;
-	/*
-	 * The file bind() makes takes the socket's mode less the umask, so
-	 * the umask sets it: a chmod() of the path afterwards would follow
-	 * whatever another user put there meanwhile. No other thread runs
-	 * yet to see this umask.
-	 */
-	mask = umask(geteuid() == 0 ? 0111 : 0177);
-	ret = sockfile_listen(f, type, 0777, 128);
-	umask(mask);
-	return ret;
-}
-
-/* Strict: all of @arg a decimal number in [@min, @max], or exit 2. */
-unsigned int daemon_parse_uint(const char *opt, const char *arg,
-			       unsigned int min, unsigned int max)
-{
-	return cmdline_uint("faultd", opt, arg, min, max);
-}
 
 static void usage(FILE *f)
 {
@@ -252,17 +188,6 @@ static int keep_begin(void)
 	return restart_begin(&ko);
 }
 
-/* Sessions need many descriptors: take the hard limit (systemd's soft
- * default is 1024 for compatibility with select(), which is not used). */
-void daemon_raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
 
 int main(int argc, char **argv)
 {
@@ -285,6 +210,7 @@ int main(int argc, char **argv)
 		return fc_main(argc - 1, argv + 1);
 	if (parse(argc, argv) < 0)
 		return 2;
+	log_set_verbosity(dopts.verbose);
 	daemon_std_fds();
 	daemon_raise_nofile();
 	daemon_started_ms = now_ms();
@@ -335,11 +261,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "faultd: %s: %s\n", dopts.socket, strerror(-ls));
 		return 1;
 	}
-	dlog(1, "listening on %s", own ? dopts.socket : "an activated socket");
+	dlog(LOG_INFO, "listening on %s", own ? dopts.socket : "an activated socket");
 	ret = conn_loop(ls, sfd);
 	if (ret < 0)
 		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
-	dlog(1, "stopping");
+	dlog(LOG_INFO, "stopping");
 	lazy_daemon_stop();
 	sessions_stop_all();
 	daemon_threads_wait(THREADS_WAIT_MS);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * session.h - the session engine: one fault loop for every front end.
+ * engine.h - the session engine: one fault loop for every front end.
  *
  * A front end (the faultd protocol, CRIU's lazy-pages stream, the
  * Firecracker handshake) turns a peer's handshake into a session and one or
@@ -44,8 +44,8 @@
  * Bits of a space's bitmaps are changed with atomics under space->lock
  * held for reading (installs) or writing (events).
  */
-#ifndef FAULTD_SESSION_H
-#define FAULTD_SESSION_H
+#ifndef FAULTD_ENGINE_H
+#define FAULTD_ENGINE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +53,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common.h"
 #include "internal.h"
 #include "persist.h"
 #include "source.h"
@@ -285,10 +286,6 @@ int session_record_save(struct session *s);
 void session_record_end(struct session *s);
 void sessions_record_end_all(void);
 void sessions_stop_all(void);
-/* How long a stopping daemon waits for its threads to end. */
-#define THREADS_WAIT_MS 10000
-int daemon_thread_start(void *(*fn)(void *), void *arg, const char *name);
-unsigned int daemon_threads_wait(unsigned int ms);
 void sessions_persist_all(void);
 size_t sessions_count(void);
 bool sessions_left_kept(void);
@@ -366,4 +363,4 @@ void replay_free(struct session *s);
 int push_start(struct session *s);
 void push_stop(struct session *s);
 
-#endif /* FAULTD_SESSION_H */
+#endif /* FAULTD_ENGINE_H */

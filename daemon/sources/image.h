@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * image.h - a faultd checkpoint image as a source (image.c).
+ */
+#ifndef FAULTD_SRC_IMAGE_H
+#define FAULTD_SRC_IMAGE_H
+
+#include "source.h"
+
+struct image;
+struct img_key;
+
+int src_image_open(int fd, const struct img_key *key, struct source **sp,
+		   const char **why);
+struct image *src_image_of(struct source *s);
+
+#endif /* FAULTD_SRC_IMAGE_H */
