@@ -78,17 +78,23 @@ static bool sockfile_listened(const struct sockfile *f, int type)
 }
 
 /*
- * The entry at @f before we bind there: none, or a socket of our user
- * that nobody listens on (one a daemon left when it died), which goes.
- * -EADDRINUSE: somebody listens; -EEXIST: something else is there.
+ * The entry at @f before we bind there: none, or a socket that nobody
+ * listens on (one a daemon left when it died), which goes - when
+ * @flags has SOCKFILE_ANY, any entry but a folder nobody listens on
+ * goes (unlinkat() removes a symlink, never what it points to), else only
+ * a socket of our user. -EADDRINUSE: somebody listens; -EEXIST: something
+ * else is there.
  */
-static int sockfile_clear(const struct sockfile *f, int type)
+static int sockfile_clear(const struct sockfile *f, int type,
+			  unsigned int flags)
 {
 	struct stat st;
 
 	if (fstatat(f->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW))
 		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
+	if (S_ISDIR(st.st_mode) ||
+	    (!(flags & SOCKFILE_ANY) &&
+	     (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid())))
 		return -EEXIST;
 	if (sockfile_listened(f, type))
 		return -EADDRINUSE;
@@ -98,18 +104,20 @@ static int sockfile_clear(const struct sockfile *f, int type)
 /*
  * sockfile_listen() - a socket of @type listening at @f, with @backlog;
  * the file takes @mode (less the umask) from its bind() on, so that the
- * path is never touched for it after. Returns the socket, or -errno:
- * -EADDRINUSE (somebody listens there), -EEXIST (something that is no
- * stale socket of ours is there: refused, not removed).
+ * path is never touched for it after. @flags: SOCKFILE_ANY, see
+ * sockfile_clear(). Returns the socket, or -errno: -EADDRINUSE (somebody
+ * listens there), -EEXIST (something that may not go is there: refused,
+ * not removed).
  */
-int sockfile_listen(struct sockfile *f, int type, mode_t mode, int backlog)
+int sockfile_listen(struct sockfile *f, int type, mode_t mode, int backlog,
+		    unsigned int flags)
 {
 	struct sockaddr_un a;
 	struct stat st;
 	int s, ret = sockfile_addr(f, &a);
 
 	if (!ret)
-		ret = sockfile_clear(f, type);
+		ret = sockfile_clear(f, type, flags);
 	if (ret)
 		return ret;
 	s = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
@@ -194,9 +202,9 @@ void sockfile_close(struct sockfile *f)
  * daemon_listen() - a Unix socket of @type (SOCK_SEQPACKET, SOCK_STREAM)
  * listening at @path, made through @f (sockfile.h: removed at the end by
  * the directory opened now), its mode set by the umask before bind(): the
- * path is not touched after. Returns it, or -errno (-EADDRINUSE: someone
- * listens there; -EEXIST: something other than a stale socket of ours is
- * there).
+ * path is not touched after. What is there and nobody listens on goes, as
+ * it always did (a folder is refused). Returns it, or -errno (-EADDRINUSE:
+ * someone listens there; -EEXIST: a folder is there).
  */
 int daemon_listen(struct sockfile *f, const char *path, int type)
 {
@@ -212,7 +220,7 @@ int daemon_listen(struct sockfile *f, const char *path, int type)
 	 * yet to see this umask.
 	 */
 	mask = umask(geteuid() == 0 ? 0111 : 0177);
-	ret = sockfile_listen(f, type, 0777, 128);
+	ret = sockfile_listen(f, type, 0777, 128, SOCKFILE_ANY);
 	umask(mask);
 	return ret;
 }

@@ -20,7 +20,10 @@ struct sockfile {
 #define SOCKFILE_INIT { .dirfd = -1 }
 
 int sockfile_open(struct sockfile *f, const char *path, bool mkdir_parent);
-int sockfile_listen(struct sockfile *f, int type, mode_t mode, int backlog);
+#define SOCKFILE_ANY (1u << 0) /* replace any entry nobody listens on */
+
+int sockfile_listen(struct sockfile *f, int type, mode_t mode, int backlog,
+		    unsigned int flags);
 int sockfile_adopt(struct sockfile *f, const char *path);
 int sockfile_connect(const struct sockfile *f, int type);
 void sockfile_remove(struct sockfile *f);

@@ -286,7 +286,7 @@ int lazy_pages_listen(struct sockfile *f, const char *path, int type)
 	int ret = sockfile_open(f, path, false);
 
 	if (!ret)
-		ret = sockfile_listen(f, type, 0600, 16);
+		ret = sockfile_listen(f, type, 0600, 16, 0);
 	if (ret == -EEXIST)
 		dlog(LOG_WARNING, "%s exists and is not a socket of this user: refused",
 		     path);

@@ -246,7 +246,7 @@ static int keeper_listen(struct sockfile *f, const char *path)
 {
 	int ret = sockfile_open(f, path, false);
 
-	return ret ? ret : sockfile_listen(f, SOCK_SEQPACKET, 0600, 4);
+	return ret ? ret : sockfile_listen(f, SOCK_SEQPACKET, 0600, 4, 0);
 }
 
 static void keeper_loop(int ls, unsigned int grace_s)
