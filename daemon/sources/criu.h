@@ -103,6 +103,7 @@ ssize_t criu_task_lazy(const struct criu_dump *d, pid_t pid,
  * itself; destroy it before criu_dump_close().
  */
 int criu_task_source(struct criu_dump *d, pid_t pid, struct source **sp);
+extern const struct source_type src_criu_type;
 
 /* ---- criu_sum.c: per-page CRC32C of pages-N.img (CRIU has none) ---- */
 
@@ -115,6 +116,7 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
 		   size_t whylen);
 void criu_sums_free(struct criu_sums *s);
+const char *criu_sums_file(const struct criu_sums *s);
 const uint32_t *criu_sums_of(const struct criu_sums *s, uint32_t id,
 			     uint64_t size, uint64_t *nr);
 
@@ -172,5 +174,6 @@ int criu_ps_close(struct criu_ps *ps);
  */
 int criu_page_server_source(struct criu_dump *d, pid_t pid,
 			    struct criu_ps *ps, struct source **sp);
+extern const struct source_type src_criu_ps_type;
 
 #endif /* FAULTD_CRIU_H */

@@ -45,6 +45,7 @@ struct img_file {
 
 struct criu_dump {
 	int dfd;
+	char *dir;		/* as opened: what a kept source names */
 	struct criu_task *tasks;
 	struct task_mem *mem;	/* per task; zombies have none */
 	size_t nr_tasks;
@@ -698,7 +699,10 @@ int criu_dump_open(const char *dir, struct criu_dump **dp, char *why,
 		free(d);
 		return err;
 	}
-	err = load_inventory(d, why, whylen);
+	d->dir = strdup(dir);
+	err = d->dir ? 0 : -ENOMEM;
+	if (!err)
+		err = load_inventory(d, why, whylen);
 	if (!err)
 		err = load_pstree(d, why, whylen);
 	if (!err && !(d->mem = calloc(d->nr_tasks, sizeof(*d->mem))))
@@ -728,6 +732,7 @@ void criu_dump_close(struct criu_dump *d)
 	free(d->tasks);
 	img_free(&d->inventory);
 	close(d->dfd);
+	free(d->dir);
 	free(d);
 }
 
@@ -835,6 +840,11 @@ int criu_mem_copy(const struct criu_dump *d, pid_t pid, bool with_fd,
 struct criu_src {
 	struct source s;
 	struct task_mem m;
+	pid_t pid;		/* the task's, in the dump */
+	char *dir;		/* the dump's folder, for a reopen */
+	char *sums_file;	/* the --sum sidecar it is checked against */
+	struct criu_sums *own_sums; /* a reopened source's; else the
+				       front end's, which outlive it */
 	const uint32_t *sum;	/* per page of pages-N.img; NULL: unchecked */
 	uint64_t nr_sum;
 	const char *map;	/* pages-N.img mapped read-only; NULL: none */
@@ -934,11 +944,91 @@ static void csrc_destroy(struct source *s)
 	criu_mem_free(&c->m);
 	if (c->s.keep_fd > 0)
 		close(c->s.keep_fd);
+	criu_sums_free(c->own_sums);
+	free(c->sums_file);
+	free(c->dir);
 	free(c);
 }
 
+/*
+ * What a restarted daemon opens a task's source from: its pid, the dump's
+ * folder, the --sum sidecar it is checked against (empty: none). The
+ * pages file's own descriptor is kept beside: adoption compares it with
+ * the file the folder holds then, so a dump changed since is poisoned.
+ */
+struct csrc_blob {
+	int32_t pid;
+	uint16_t dir_len, sums_len;	/* with their NULs */
+	char paths[];		/* dir, then the sidecar */
+};
+
+static ssize_t csrc_save(struct source *s, void *blob, size_t max)
+{
+	struct criu_src *c = to_csrc(s);
+	const char *sums = c->sums_file ? c->sums_file : "";
+	size_t dl = strlen(c->dir) + 1, sl = strlen(sums) + 1;
+	struct csrc_blob *b = blob;
+
+	if (max < sizeof(*b) + dl + sl || dl > UINT16_MAX || sl > UINT16_MAX)
+		return -E2BIG;
+	*b = (struct csrc_blob){ c->pid, (uint16_t)dl, (uint16_t)sl };
+	memcpy(b->paths, c->dir, dl);
+	memcpy(b->paths + dl, sums, sl);
+	return (ssize_t)(sizeof(*b) + dl + sl);
+}
+
+/* The blob's paths, checked: both NUL-terminated where they end. */
+static bool csrc_blob_ok(const struct csrc_blob *b, size_t len)
+{
+	return len >= sizeof(*b) && b->dir_len && b->sums_len &&
+	       len == sizeof(*b) + b->dir_len + b->sums_len &&
+	       !b->paths[b->dir_len - 1] &&
+	       !b->paths[b->dir_len + b->sums_len - 1];
+}
+
+/* Task @pid's source of the dump in @dir, checked against @sums_file. */
+static int csrc_open_dir(const char *dir, const char *sums_file, pid_t pid,
+			 struct source **sp, char *why, size_t why_len)
+{
+	struct criu_sums *sums = NULL;
+	struct criu_dump *d = NULL;
+	int ret = criu_dump_open(dir, &d, why, why_len);
+
+	if (!ret && sums_file[0])
+		ret = criu_sums_load(sums_file, &sums, why, why_len);
+	if (!ret && sums)
+		ret = criu_dump_sums_match(d, sums, why, why_len);
+	if (!ret && (ret = criu_task_source_checked(d, pid, sums, sp)))
+		criu_why(why, why_len, ret, "task %d: %s", (int)pid,
+			 strerror(-ret));
+	if (!ret)
+		to_csrc(*sp)->own_sums = sums;
+	else
+		criu_sums_free(sums);
+	criu_dump_close(d);
+	return ret;
+}
+
+static int csrc_reopen(const void *blob, size_t len, int fd,
+		       struct source **sp, char *why, size_t why_len)
+{
+	const struct csrc_blob *b = blob;
+
+	if (fd >= 0)
+		close(fd); /* opened again from the folder */
+	if (!csrc_blob_ok(b, len))
+		return criu_why(why, why_len, -EBADMSG, "a corrupt record");
+	return csrc_open_dir(b->paths, b->paths + b->dir_len, b->pid, sp, why,
+			     why_len);
+}
+
+const struct source_type src_criu_type = {
+	.name = "criu", .id = 3, .save = csrc_save, .reopen = csrc_reopen,
+};
+
 static const struct source_ops criu_src_ops = {
 	.name = "criu",
+	.type = &src_criu_type,
 	.read = csrc_read,
 	.extent = csrc_extent,
 	.view = csrc_view,
@@ -1010,6 +1100,13 @@ int criu_task_source_checked(struct criu_dump *d, pid_t pid,
 		criu_mem_free(&c->m);
 		free(c);
 		return err;
+	}
+	c->pid = pid;
+	c->dir = strdup(d->dir);
+	c->sums_file = sums ? strdup(criu_sums_file(sums)) : NULL;
+	if (!c->dir || (sums && !c->sums_file)) {
+		csrc_destroy(&c->s);
+		return -ENOMEM;
 	}
 	c->s = (struct source){ .ops = &criu_src_ops, .size = c->m.size,
 				.page_size = CRIU_PAGE_SIZE };

@@ -333,8 +333,37 @@ static void ps_destroy(struct source *s)
 	free(p);
 }
 
+/* A page server serves one connection, for every task of its dump; one
+ * that lost it to a daemon that died serves no other: a restarted daemon
+ * cannot get these pages (faultd(8), "faultd lazy-pages"). */
+static ssize_t ps_save(struct source *s, void *blob, size_t max)
+{
+	struct ps_src *p = (struct ps_src *)s;
+
+	if (max < sizeof(p->pid))
+		return -E2BIG;
+	memcpy(blob, &p->pid, sizeof(p->pid));
+	return sizeof(p->pid);
+}
+
+static int ps_reopen(const void *blob, size_t len, int fd,
+		     struct source **sp, char *why, size_t why_len)
+{
+	(void)blob, (void)len, (void)sp;
+	if (fd >= 0)
+		close(fd);
+	return criu_why(why, why_len, -ENOTCONN, "a CRIU page server serves "
+			"one connection: the one of the daemon before is gone");
+}
+
+const struct source_type src_criu_ps_type = {
+	.name = "criu-page-server", .id = 4, .save = ps_save,
+	.reopen = ps_reopen,
+};
+
 static const struct source_ops ps_src_ops = {
 	.name = "criu-page-server",
+	.type = &src_criu_ps_type,
 	.read = ps_read,
 	.extent = ps_extent,
 	.destroy = ps_destroy,

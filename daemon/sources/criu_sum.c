@@ -42,6 +42,7 @@ struct sum_file {
 };
 
 struct criu_sums {
+	char *file;		/* the sidecar it was loaded from */
 	uint32_t nr;
 	struct sum_file *f;
 	uint32_t **crc;		/* per file: size / block sums */
@@ -55,7 +56,14 @@ void criu_sums_free(struct criu_sums *s)
 		free(s->crc[i]);
 	free(s->crc);
 	free(s->f);
+	free(s->file);
 	free(s);
+}
+
+/* criu_sums_file() - the sidecar @s was loaded from. */
+const char *criu_sums_file(const struct criu_sums *s)
+{
+	return s->file;
 }
 
 static struct criu_sums *sums_alloc(uint32_t nr)
@@ -322,6 +330,8 @@ int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
 		err = -ENOMEM;
 	if (!err)
 		err = sums_read_body(fd, &h, s, &st);
+	if (!err && !(s->file = strdup(file)))
+		err = -ENOMEM;
 	close(fd);
 	if (err) {
 		criu_sums_free(s);

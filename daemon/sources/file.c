@@ -186,8 +186,44 @@ static void file_destroy(struct source *s)
 	free(f);
 }
 
+struct file_blob {
+	uint64_t size, page_size;
+};
+
+static ssize_t file_save(struct source *s, void *blob, size_t max)
+{
+	struct file_blob b = { s->size, s->page_size };
+
+	if (max < sizeof(b))
+		return -E2BIG;
+	memcpy(blob, &b, sizeof(b));
+	return sizeof(b);
+}
+
+/* The file of a kept session, by its kept descriptor (the path named now
+ * is not read for it). */
+static int file_reopen(const void *blob, size_t len, int fd,
+		       struct source **sp, char *why, size_t why_len)
+{
+	struct file_blob b;
+
+	if (len != sizeof(b) || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		return refuse(why, why_len, -EBADMSG, "its file was not kept");
+	}
+	memcpy(&b, blob, sizeof(b));
+	return src_file_open_fd(fd, b.size, (size_t)b.page_size, sp, why,
+				why_len);
+}
+
+const struct source_type src_file_type = {
+	.name = "file", .id = 2, .save = file_save, .reopen = file_reopen,
+};
+
 static const struct source_ops file_ops = {
 	.name = "file",
+	.type = &src_file_type,
 	.read = file_read,
 	.extent = file_extent,
 	.view = file_view,

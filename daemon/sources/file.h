@@ -33,6 +33,8 @@
  * truncated underneath) fails with -EIO; every read error is -EIO.
  * Context: any thread. The source's read() and extent() as source.h.
  */
+extern const struct source_type src_file_type;
+
 int src_file_open(const char *path, uint64_t size, size_t page_size,
 		  struct source **out, char *why, size_t why_len);
 int src_file_open_fd(int fd, uint64_t size, size_t page_size,

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * src_image.c - a faultd checkpoint image as a source: offsets are region
+ * image.c - a faultd checkpoint image as a source: offsets are region
  * offsets, extents are the image's (data, or zeros where it stores none),
  * and every block read is checked against its checksum by image_read():
  * a block that fails reads as -EBADMSG, which the engine poisons.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "image.h"
 #include "internal.h"
@@ -16,6 +18,8 @@
 struct src_image {
 	struct source src;
 	struct image *img;
+	bool has_key;		/* checked with @key */
+	struct img_key key;	/* the image's own key, for a reopen */
 };
 
 static ssize_t img_read(struct source *s, uint64_t off, void *buf,
@@ -51,11 +55,61 @@ static void img_destroy(struct source *s)
 	struct src_image *si = (struct src_image *)s;
 
 	image_close(si->img);
+	explicit_bzero(&si->key, sizeof(si->key));
 	free(si);
 }
 
+/* What a restart needs beside the image's descriptor: the key it is
+ * checked with (the image's own, derived by the client: the keeper is
+ * root's, and the key serves for no other image). */
+struct image_blob {
+	uint32_t has_key;
+	uint32_t reserved;
+	uint8_t key[32];
+};
+
+static ssize_t img_save(struct source *s, void *blob, size_t max)
+{
+	struct src_image *si = (struct src_image *)s;
+	struct image_blob b = { .has_key = si->has_key };
+
+	if (max < sizeof(b))
+		return -E2BIG;
+	memcpy(b.key, si->key.key, sizeof(b.key));
+	memcpy(blob, &b, sizeof(b));
+	explicit_bzero(&b, sizeof(b));
+	return sizeof(b);
+}
+
+static int img_reopen(const void *blob, size_t len, int fd,
+		      struct source **sp, char *why, size_t why_len)
+{
+	struct img_key key = { .image_key = true };
+	struct image_blob b;
+	const char *bad = "the kept image";
+	int ret = -EBADMSG;
+
+	if (len == sizeof(b) && fd >= 0) {
+		memcpy(&b, blob, sizeof(b));
+		memcpy(key.key, b.key, sizeof(key.key));
+		ret = src_image_open(fd, b.has_key ? &key : NULL, sp, &bad);
+		explicit_bzero(&b, sizeof(b));
+		explicit_bzero(&key, sizeof(key));
+	}
+	if (ret)
+		snprintf(why, why_len, "%s: %s", bad, strerror(-ret));
+	if (fd >= 0)
+		close(fd); /* the image keeps its own */
+	return ret;
+}
+
+const struct source_type src_image_type = {
+	.name = "image", .id = 1, .save = img_save, .reopen = img_reopen,
+};
+
 static const struct source_ops src_image_ops = {
 	.name = "image",
+	.type = &src_image_type,
 	.read = img_read,
 	.extent = img_extent,
 	.willneed = img_willneed,
@@ -85,6 +139,10 @@ int src_image_open(int fd, const struct img_key *key, struct source **sp,
 			image_close(si->img);
 		free(si);
 		return ret;
+	}
+	if (key) {
+		si->has_key = true;
+		si->key = *key;
 	}
 	si->src.ops = &src_image_ops;
 	si->src.size = (si->img->h.region_len + 4095) & ~4095ull;

@@ -10,6 +10,8 @@
 struct image;
 struct img_key;
 
+extern const struct source_type src_image_type;
+
 int src_image_open(int fd, const struct img_key *key, struct source **sp,
 		   const char **why);
 struct image *src_image_of(struct source *s);

@@ -46,9 +46,11 @@ struct src_extent {
 };
 
 struct source;
+struct source_type;
 
 struct source_ops {
 	const char *name;	/* "image", "criu", "criu-page-server", "file" */
+	const struct source_type *type; /* its life cycle */
 	/*
 	 * Copy [off, off + len) into @buf (off and len multiples of the
 	 * source's page size, inside one SRC_DATA extent or spanning
@@ -110,6 +112,37 @@ struct source {
 	 * changed): every read fails, so its pages are poisoned. */
 	bool stale;
 };
+
+/*
+ * A source type: what a restarted daemon needs to open a source of its
+ * kind again. The table of types (sources.c) is the only list of them:
+ * adding a source is one file here, one line there, one in the build.
+ * A kept session (engine/record.c) holds, for each of its sources, the
+ * type's id, what save() wrote and the source's keep_fd; adoption
+ * (server/adopt.c) calls reopen() with them, for every type the same way.
+ */
+struct source_type {
+	const char *name;
+	uint16_t id;		/* kept: never reused for another type */
+	/*
+	 * What identifies @s beside its keep_fd: at most @max bytes into
+	 * @blob. Returns the length, or -E2BIG.
+	 */
+	ssize_t (*save)(struct source *s, void *blob, size_t max);
+	/*
+	 * The source again, from what save() wrote and the kept descriptor
+	 * @fd (-1: none; taken over, closed on failure). Returns 0 or -errno
+	 * with *why (@why_len bytes); the caller then serves a stale source
+	 * of the same size in its place, whose pages are poisoned, never
+	 * served wrong.
+	 */
+	int (*reopen)(const void *blob, size_t len, int fd, struct source **sp,
+		      char *why, size_t why_len);
+};
+
+/* sources.c */
+const struct source_type *source_type_by_id(uint16_t id);
+int source_stale(uint64_t size, size_t page_size, struct source **sp);
 
 static inline ssize_t source_read_flags(struct source *s, uint64_t off,
 					void *buf, size_t len,
