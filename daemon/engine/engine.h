@@ -165,8 +165,18 @@ struct session_opts {
 	bool push_after_record;
 };
 
-/* The front end's side of a session. Every hook may be NULL. */
-struct session_fe_ops {
+/*
+ * The front end's side of a session: its hooks (each may be NULL) and how
+ * its sessions are kept. The front end's registered struct (fronts/
+ * front.h) points at it; a kept session names it by @front_id, and a
+ * restarted daemon finds it again by that id (record.c).
+ */
+struct session_ops {
+	uint16_t front_id;	/* kept: never reused; 0: never kept */
+	/* Its peer serves itself when the session is dropped (a library
+	 * client): a keeper drops it after the grace time; a daemon that
+	 * stops ends it. Else it is kept until its processes are gone. */
+	bool takeover;
 	/*
 	 * The front end's connection (session->peer_fd) is readable, or
 	 * hung up. Returns false to end the session.
@@ -182,17 +192,26 @@ struct session_fe_ops {
 	 * session_run(), before it returns.
 	 */
 	void (*ended)(struct session *s);
+	/* The front end's own state, for the record; returns its length. */
+	size_t (*save)(struct session *s, void *blob, size_t max);
+	/*
+	 * Re-make the front end's side of an adopted session @s (its
+	 * sources are open again already): its data from what save() wrote,
+	 * its peer connection @peer (-1: none; taken over, closed on
+	 * failure). Returns 0 or -errno.
+	 */
+	int (*adopt)(struct session *s, const void *blob, size_t len,
+		     int peer);
 };
 
 struct session {
 	uint64_t id;
 	struct session_opts o;
 	char name_buf[48];	/* o.name, when the front end names it so */
-	const struct session_fe_ops *fe;
+	const struct session_ops *fe;
 	void *fe_data;
 	void (*fe_free)(void *fe_data); /* with the session; may be NULL */
 	bool close_peer;	/* peer_fd is the session's to close */
-	const struct fe_kind *kind; /* how it is kept; NULL: not kept */
 	int record_fd;		/* its record (persist.c); -1: none yet */
 	int old_record_fd;	/* the one a put replaces; -1 between puts */
 	atomic_bool kept;	/* its entry has been put */
@@ -260,7 +279,7 @@ struct worker {
 
 /* session.c */
 int session_create(const struct session_opts *o,
-		   const struct session_fe_ops *fe, void *fe_data,
+		   const struct session_ops *fe, void *fe_data,
 		   struct session **sp);
 int session_own_source(struct session *s, struct source *src);
 uint32_t session_source_index(const struct session *s,

@@ -66,6 +66,5 @@ pid_t keep_pid(const struct keep *k);
 int keep_fd(const struct keep *k);
 void keep_close(struct keep *k, bool bye);
 
-int keeper_main(const char *socket, unsigned int grace_s);
 
 #endif /* FAULTD_KEEP_H */

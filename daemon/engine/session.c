@@ -97,7 +97,7 @@ static void opts_close(const struct session_opts *o)
  * session's (closed on failure too).
  */
 int session_create(const struct session_opts *o,
-		   const struct session_fe_ops *fe, void *fe_data,
+		   const struct session_ops *fe, void *fe_data,
 		   struct session **sp)
 {
 	struct session *s = calloc(1, sizeof(*s));
@@ -630,7 +630,7 @@ int session_run(struct session *s)
 		s->fe->ended(s);
 	/* A daemon that stops leaves what nobody else can serve for the
 	 * next one; everything else ended for good. */
-	if (!daemon_stopping() || !s->kind || s->kind->takeover)
+	if (!daemon_stopping() || !s->fe->front_id || s->fe->takeover)
 		session_unpersist(s);
 	else
 		atomic_fetch_add(&kept_for_next, 1);

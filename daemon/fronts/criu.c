@@ -86,46 +86,6 @@ static struct lazy_pages *lp_ctx;
  * Sources.
  */
 
-/* A source of a task the dump does not have (a restart with another -D):
- * every read fails, so its pages are poisoned, never served wrong. */
-static ssize_t stale_read(struct source *s, uint64_t off, void *buf,
-			  size_t len, unsigned int flags)
-{
-	(void)s, (void)off, (void)buf, (void)len;
-	return -ESTALE;
-}
-
-static int stale_extent(struct source *s, uint64_t off, struct src_extent *e)
-{
-	*e = (struct src_extent){ off & ~(uint64_t)(s->page_size - 1),
-				  s->page_size, SRC_DATA };
-	return 0;
-}
-
-static void stale_destroy(struct source *s)
-{
-	free(s);
-}
-
-static const struct source_ops stale_ops = {
-	.name = "criu-stale",
-	.read = stale_read,
-	.extent = stale_extent,
-	.destroy = stale_destroy,
-};
-
-static int stale_source(struct source **sp)
-{
-	struct source *s = calloc(1, sizeof(*s));
-
-	if (!s)
-		return -ENOMEM;
-	*s = (struct source){ .ops = &stale_ops, .size = UINT64_MAX & ~4095ull,
-			      .page_size = CRIU_PAGE_SIZE, .stale = true };
-	*sp = s;
-	return 0;
-}
-
 /* The source of task @pid: its pages-N.img (checked against the sidecar,
  * if any) or the page server. */
 static int task_source(struct lazy_pages *lp, pid_t pid, struct source **sp)
@@ -526,12 +486,6 @@ static bool criu_space_gone(struct session *s, struct space *sp)
 	return true;
 }
 
-static const struct session_fe_ops criu_ops = {
-	.peer_input = criu_peer_input,
-	.tick = criu_tick,
-	.space_gone = criu_space_gone,
-};
-
 /* The session is freed: the command learns how it ended. */
 static void criu_fe_free(void *arg)
 {
@@ -584,34 +538,11 @@ static struct criu_fe *fe_new(struct lazy_pages *lp, int sock)
 
 static void fe_attach(struct session *s, struct criu_fe *f, int sock)
 {
-	s->fe = &criu_ops;
 	s->fe_data = f;
 	s->fe_free = criu_fe_free;
-	s->kind = &criu_kind;
 	s->peer_fd = sock;
 	s->close_peer = true;
 	criu_name(s);
-}
-
-/* The sources of the tasks a faultd before this one served, again. */
-static int adopt_sources(struct session *s, struct criu_fe *f)
-{
-	for (unsigned int i = 0; i < f->nr_pids; i++) {
-		struct source *src = NULL;
-		int ret = task_source(f->lp, f->pid[i], &src);
-
-		if (ret) {
-			dlog(LOG_WARNING, "%s: task %d: not served by this dump (%s): "
-				"its pages left are poisoned", s->o.name,
-			     (int)f->pid[i], strerror(-ret));
-			ret = stale_source(&src);
-		}
-		if (!ret && (ret = session_own_source(s, src)))
-			source_destroy(src);
-		if (ret)
-			return ret;
-	}
-	return 0;
 }
 
 /*
@@ -637,9 +568,14 @@ static int adopt_lp(struct session *s, const struct criu_blob *b,
 	return ret;
 }
 
-/* A session a faultd lazy-pages (or daemon) before this one served. */
+/*
+ * A session a faultd lazy-pages (or daemon) before this one served: the
+ * tasks it had, and their sources, open again already (from the dump
+ * they were served from: a restart with another -D does not change
+ * what a restore that began is served from).
+ */
 static int criu_adopt(struct session *s, const void *blob, size_t len,
-		      int peer, int *srcfds, size_t nr_srcs)
+		      int peer)
 {
 	struct criu_blob *b = calloc(1, sizeof(*b));
 	struct lazy_pages *lp = NULL;
@@ -648,10 +584,7 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 
 	if (b)
 		memcpy(b, blob, len < sizeof(*b) ? len : sizeof(*b));
-	for (size_t i = 0; i < nr_srcs; i++)
-		if (srcfds[i] >= 0)
-			close(srcfds[i]); /* opened again from the dump */
-	if (!ret && (b->version != BLOB_VERSION || b->nr_pids != nr_srcs ||
+	if (!ret && (b->version != BLOB_VERSION || b->nr_pids != s->nr_srcs ||
 		     b->nr_pids > TASKS_MAX || (!b->rstf && peer < 0)))
 		ret = -EBADMSG;
 	if (!ret)
@@ -666,7 +599,6 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 		f->zombies = b->zombies;
 		f->nr_pids = b->nr_pids;
 		memcpy(f->pid, b->pid, b->nr_pids * sizeof(b->pid[0]));
-		ret = adopt_sources(s, f);
 	}
 	free(b);
 	if (ret) {
@@ -683,10 +615,14 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 	return 0;
 }
 
-const struct fe_kind criu_kind = {
-	.id = FE_CRIU,
-	.name = "CRIU lazy-pages",
-	.takeover = false,	/* nobody else serves a restored process */
+/* Nobody else serves a restored process: a session outlives a daemon
+ * that stops, until its tasks end. */
+const struct session_ops criu_session_ops = {
+	.front_id = FRONT_CRIU,
+	.takeover = false,
+	.peer_input = criu_peer_input,
+	.tick = criu_tick,
+	.space_gone = criu_space_gone,
 	.save = criu_save,
 	.adopt = criu_adopt,
 };
@@ -694,7 +630,6 @@ const struct fe_kind criu_kind = {
 void criu_front_init(struct lazy_pages *lp)
 {
 	lp_ctx = lp;
-	fe_kind_register(&criu_kind);
 }
 
 /*
@@ -714,7 +649,8 @@ int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 				  .push_after_record = true };
 	struct criu_fe *f = fe_new(lp, sock);
 	struct session *s = NULL;
-	int ret = f ? session_create(&o, NULL, NULL, &s) : -ENOMEM;
+	int ret = f ? session_create(&o, &criu_session_ops, NULL, &s)
+		    : -ENOMEM;
 	char around[32] = "default";
 
 	if (ret) {

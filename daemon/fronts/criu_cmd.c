@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * lazy_pages.c - `faultd lazy-pages`: a drop-in for `criu lazy-pages`
+ * criu_cmd.c - `faultd lazy-pages`: a drop-in for `criu lazy-pages`
  * (faultd(8), "faultd lazy-pages").
  *
  *   faultd lazy-pages -D DIR [-W WORKDIR] [--page-server --address A
@@ -10,16 +10,16 @@
  *   faultd lazy-pages --sum -D DIR [--verify FILE]
  *
  * It opens and checks the dump first (what faultd cannot serve is refused
- * before criu restore can connect), attaches to its keeper at
- * WORKDIR/lazy-pages.socket.keeper (restart.c) and adopts a session a
- * killed faultd lazy-pages left there; else it listens on
+ * before criu restore can connect); the server (server/main.c) then
+ * attaches to its keeper at WORKDIR/lazy-pages.socket.keeper and adopts a
+ * session a killed faultd lazy-pages left there; else it listens on
  * WORKDIR/lazy-pages.socket, as criu lazy-pages does, for the one
- * connection of `criu restore --lazy-pages`, and serves it (front_criu.c).
+ * connection of `criu restore --lazy-pages`, and serves it (criu.c).
  * It answers faultctl's STATUS on WORKDIR/lazy-pages.socket.ctl. It exits
  * 0 when every page of the restore is in, non-zero when the restore failed
  * or a page could not be served. A --working-set of another dump is
  * refused before it listens (logged; the restore is served without it);
- * SIGUSR1 ends a recording restore's record (front_criu.c).
+ * SIGUSR1 ends a recording restore's record (criu.c).
  *
  * The socket: only root and the daemon's own user may connect. It is made
  * 0600 before bind (the file takes the socket's mode; the path is never
@@ -32,24 +32,18 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
+#include <sys/time.h>
 #include <unistd.h>
 
-#include "front.h"
-#include "server.h"
 #include "criu.h"
+#include "front.h"
 #include "lazy_pages.h"
-#include "sockfile.h"
 
 #define SOCK_NAME "lazy-pages.socket"
 #define SUM_NAME "faultd-pages.crc32c"
@@ -98,10 +92,10 @@ int lazy_pages_verify(struct lazy_pages *l, const char *file, char *why,
 						 why_len);
 }
 
-static void usage(FILE *f)
+static void lp_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: faultd lazy-pages -D DIR [-W WORKDIR] [--page-server "
+		"       faultd lazy-pages -D DIR [-W WORKDIR] [--page-server "
 		"--address A --port P]\n"
 		"                         [--verify FILE] [--status-fd FD] "
 		"[-o LOG] [-d [--pidfile F]]\n"
@@ -116,79 +110,79 @@ static unsigned int number(const char *opt, const char *arg, unsigned int max)
 	return cmdline_uint("faultd lazy-pages", opt, arg, 0, max);
 }
 
-static int parse(int argc, char **argv, struct lp_opts *o)
-{
-	static const struct option lo[] = {
-		{ "images-dir", required_argument, NULL, 'D' },
-		{ "work-dir", required_argument, NULL, 'W' },
-		{ "page-server", no_argument, NULL, 'S' },
-		{ "address", required_argument, NULL, 'a' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "verify", required_argument, NULL, 'V' },
-		{ "sum", no_argument, NULL, 's' },
-		{ "status-fd", required_argument, NULL, 'f' },
-		{ "log-file", required_argument, NULL, 'o' },
-		{ "daemon", no_argument, NULL, 'd' },
-		{ "pidfile", required_argument, NULL, 'P' },
-		{ "fault-around", required_argument, NULL, 'A' },
-		{ "handlers", required_argument, NULL, 'H' },
-		{ "working-set", required_argument, NULL, 'w' },
-		{ "record-working-set", required_argument, NULL, 'r' },
-		{ "verbosity", optional_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c;
+static struct lp_opts lo = { .status_fd = -1 };
 
-	*o = (struct lp_opts){ .status_fd = -1 };
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "D:W:o:dv::h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'D': o->dir = optarg; break;
-		case 'W': o->workdir = optarg; break;
-		case 'S': o->page_server = true; break;
-		case 'a': o->address = optarg; break;
-		case 'p': o->port = number("port", optarg, 65535); break;
-		case 'V': o->verify = optarg; break;
-		case 's': o->sum = true; break;
-		case 'f': o->status_fd = (int)number("status-fd", optarg,
-						     INT_MAX); break;
-		case 'o': o->log = optarg; break;
-		case 'd': o->daemonize = true; break;
-		case 'P': o->pidfile = optarg; break;
-		case 'A': o->around_kib = number("fault-around", optarg,
-						 PROTO_LP_AROUND_MAX); break;
-		case 'H': o->handlers = number("handlers", optarg,
-					       PROTO_LP_HANDLERS_MAX); break;
-		case 'w': o->wset = optarg; break;
-		case 'r': o->record = optarg; break;
-		case 'v':
-			/* criu's -vN sets a level; faultd has 0-2 */
-			dopts.verbose = optarg ? (int)number("verbosity", optarg,
-							     4) - 2
-					       : dopts.verbose + 1;
-			break;
-		case 'h': usage(stdout); exit(0);
-		default: return -1;
-		}
+/* CRIU's own names and letters, so that a criu lazy-pages command line
+ * works as it is. */
+static const struct option lp_options[] = {
+	{ "images-dir", required_argument, NULL, 'D' },
+	{ "work-dir", required_argument, NULL, 'W' },
+	{ "page-server", no_argument, NULL, 'S' },
+	{ "address", required_argument, NULL, 'a' },
+	{ "port", required_argument, NULL, 'p' },
+	{ "verify", required_argument, NULL, 'V' },
+	{ "sum", no_argument, NULL, 'U' },
+	{ "status-fd", required_argument, NULL, 'f' },
+	{ "log-file", required_argument, NULL, 'o' },
+	{ "daemon", no_argument, NULL, 'd' },
+	{ "pidfile", required_argument, NULL, 'P' },
+	{ "fault-around", required_argument, NULL, 'A' },
+	{ "handlers", required_argument, NULL, 'H' },
+	{ "working-set", required_argument, NULL, 'w' },
+	{ "record-working-set", required_argument, NULL, 'r' },
+	{ "verbosity", optional_argument, NULL, 'v' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int lp_option(int id, const char *arg)
+{
+	switch (id) {
+	case 'D': lo.dir = arg; break;
+	case 'W': lo.workdir = arg; break;
+	case 'S': lo.page_server = true; break;
+	case 'a': lo.address = arg; break;
+	case 'p': lo.port = number("port", arg, 65535); break;
+	case 'V': lo.verify = arg; break;
+	case 'U': lo.sum = true; break;
+	case 'f': lo.status_fd = (int)number("status-fd", arg, INT_MAX); break;
+	case 'o': lo.log = arg; break;
+	case 'd': lo.daemonize = true; break;
+	case 'P': lo.pidfile = arg; break;
+	case 'A': lo.around_kib = number("fault-around", arg,
+					PROTO_LP_AROUND_MAX); break;
+	case 'H': lo.handlers = number("handlers", arg,
+				      PROTO_LP_HANDLERS_MAX); break;
+	case 'w': lo.wset = arg; break;
+	case 'r': lo.record = arg; break;
+	case 'v':
+		/* criu's -vN sets a level; faultd has 0-2 */
+		dopts.verbose = arg ? (int)number("verbosity", arg, 4) - 2
+				    : dopts.verbose + 1;
+		break;
+	default: return -1;
 	}
-	if (optind != argc || !o->dir ||
-	    (o->page_server && (!o->address || !o->port)) ||
-	    (o->sum && (o->page_server || o->daemonize))) {
-		usage(stderr);
-		return -1;
+	return 0;
+}
+
+/* The options together: what criu lazy-pages refuses, refused too. */
+static int lp_options_check(void)
+{
+	if (!lo.dir || (lo.page_server && (!lo.address || !lo.port)) ||
+	    (lo.sum && (lo.page_server || lo.daemonize))) {
+		lp_usage(stderr);
+		return -2;
 	}
-	if (o->wset && o->record) {
+	if (lo.wset && lo.record) {
 		fprintf(stderr, "faultd lazy-pages: --working-set and "
 			"--record-working-set: not both (a replayed page never "
 			"faults, so a set recorded with a replay would miss "
 			"it)\n");
-		return -1;
+		return -2;
 	}
-	if (o->page_server && o->verify) {
+	if (lo.page_server && lo.verify) {
 		fprintf(stderr, "faultd lazy-pages: --verify checks "
 			"pages-N.img, which --page-server does not read\n");
-		return -1;
+		return -2;
 	}
 	return 0;
 }
@@ -295,157 +289,83 @@ int lazy_pages_listen(struct sockfile *f, const char *path, int type)
 	return ret;
 }
 
-/* Is the process at the other end root or of our own user? */
-static int lazy_pages_peer_ok(int c, struct ucred *cr)
+/* ------------------------------------------------------------------------
+ * criu restore's connection, as the server's loop reads it (front.h):
+ * the command's socket, and those the daemon makes for the restores it is
+ * asked to serve (criu_req.c). Only root and the daemon's user may
+ * connect; anyone else is refused and the socket waits on. A connection
+ * that closes without a byte was no criu restore but a look whether
+ * somebody listens (lazy_pages_listen() of another faultd): the socket
+ * stays for the restore. criu restore sends its first task's pid soon
+ * after it connects; one that sends nothing for PEER_TIMEOUT_S is taken
+ * as the restore (its session times it out).
+ */
+
+static unsigned int stream_deadline_ms(void)
 {
-	socklen_t len = sizeof(*cr);
+	return PEER_TIMEOUT_S * 1000;
+}
+
+static int stream_admit(struct conn *c, const char **why)
+{
 	struct timeval tv = { .tv_sec = PEER_TIMEOUT_S };
 
-	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, cr, &len))
-		return -errno;
-	if (cr->uid != 0 && cr->uid != geteuid()) {
-		dlog(LOG_WARNING, "refused a connection of uid %u (pid %d): only root "
-			"or uid %u restores through this socket",
-		     (unsigned int)cr->uid, (int)cr->pid,
-		     (unsigned int)geteuid());
+	*why = "only root or the daemon's user restores through this socket";
+	if (c->uid != 0 && c->uid != geteuid())
 		return -EPERM;
-	}
-	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return 0;
 }
 
-/*
- * lazy_pages_probe() - did connection @c close without a byte? Then it
- * was no criu restore but a look whether somebody listens (path_free() of
- * another faultd): the socket stays for the restore. criu restore sends
- * its first task's pid soon after it connects; one that sends nothing for
- * PEER_TIMEOUT_S is taken as the restore (its session times it out).
- */
-static bool lazy_pages_probe(int c)
+static enum conn_next stream_input(struct conn *c)
 {
-	struct pollfd p = { .fd = c, .events = POLLIN | POLLRDHUP };
 	char b;
+	ssize_t n = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
-	if (poll(&p, 1, PEER_TIMEOUT_S * 1000) != 1)
-		return false;
-	return recv(c, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return CONN_WAIT;
+	return n > 0 ? CONN_SERVE : CONN_CLOSE; /* n <= 0: a probe */
 }
 
-/*
- * A signal came: SIGUSR1 ends the record of a recording restore (false);
- * any other stops the command (true).
- */
-static bool stop_signal(int sfd)
+static enum conn_next stream_late(struct conn *c)
 {
-	struct signalfd_siginfo si;
-
-	if (read(sfd, &si, sizeof(si)) != sizeof(si) ||
-	    si.ssi_signo != SIGUSR1)
-		return true;
-	dlog(LOG_INFO, "SIGUSR1: the working set recorded so far is written");
-	sessions_record_end_all();
-	return false;
+	(void)c;
+	return CONN_SERVE;
 }
 
-/*
- * lazy_pages_accept() - criu restore's connection on @ls: root's or our
- * user's, and no probe (lazy_pages_probe()); or -ECANCELED once
- * @stopped(@stop_fd) says so when @stop_fd is readable.
- */
-int lazy_pages_accept(int ls, int stop_fd, bool (*stopped)(int fd),
-		      struct ucred *cr)
+static enum conn_next stream_refuse(struct conn *c, int err, const char *why)
 {
-	for (;;) {
-		struct pollfd p[2] = { { .fd = ls, .events = POLLIN },
-				       { .fd = stop_fd, .events = POLLIN } };
-		int c;
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			return -errno;
-		if (p[1].revents && stopped(stop_fd))
-			return -ECANCELED;
-		if (!p[0].revents)
-			continue;
-		c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-		if (c < 0 && (errno == EINTR || errno == ECONNABORTED))
-			continue;
-		if (c < 0)
-			return -errno;
-		if (!lazy_pages_peer_ok(c, cr) && !lazy_pages_probe(c))
-			return c;
-		close(c);
-	}
+	dlog(LOG_WARNING, "refused a connection of uid %u (pid %d): %s (uid "
+	     "%u)", (unsigned int)c->uid, (int)c->peer.pid, why,
+	     (unsigned int)geteuid());
+	(void)err;
+	return CONN_CLOSE;
 }
 
-/* ------------------------------------------------------------------------
- * Threads: the restore's session, the control socket.
- */
-
-struct serve_arg {
-	int sock;
-	struct ucred cr;
-};
-
-static void *serve_main(void *arg)
+/* The restore, to its end (or until every page is in). */
+static void stream_serve(struct conn *c)
 {
-	struct serve_arg *a = arg;
-	int ret = criu_serve(&lp, a->sock, a->cr.uid, a->cr.pid);
+	struct lazy_pages *l = c->listen_arg;
+	int sock = c->sock, ret;
 
+	c->sock = -1; /* criu_serve()'s */
+	if (l->one_restore)
+		lazy_daemon_served(l);
+	lazy_pages_started(l);
+	ret = criu_serve(l, sock, c->uid, c->peer.pid);
 	if (ret)
 		dlog(LOG_WARNING, "cannot serve the restore: %s", strerror(-ret));
-	free(a);
-	return NULL;
 }
 
-struct ctl {
-	struct sockfile sf;
-	int ls;
-	int stop_fd;
-	pthread_t t;
-	bool running;
+const struct conn_ops criu_stream_ops = {
+	.name = "criu restore",
+	.deadline_ms = stream_deadline_ms,
+	.admit = stream_admit,
+	.input = stream_input,
+	.late = stream_late,
+	.refuse = stream_refuse,
+	.serve = stream_serve,
 };
-
-static void *ctl_main(void *arg)
-{
-	struct ctl *c = arg;
-
-	conn_loop(c->ls, c->stop_fd);
-	return NULL;
-}
-
-/* faultctl's STATUS on PATH.ctl (a failure is logged, not fatal). */
-static void ctl_start(struct ctl *c, const char *path)
-{
-	c->ls = lazy_pages_listen(&c->sf, path, SOCK_SEQPACKET);
-	c->stop_fd = eventfd(0, EFD_CLOEXEC);
-	if (c->ls < 0 || c->stop_fd < 0) {
-		dlog(LOG_WARNING, "%s: %s: no status for faultctl", path,
-		     strerror(c->ls < 0 ? -c->ls : errno));
-		return;
-	}
-	dopts.status_only = true;
-	c->running = !thread_start(&c->t, ctl_main, c, "faultd-ctl");
-}
-
-static void ctl_stop(struct ctl *c)
-{
-	uint64_t one = 1;
-
-	if (c->running) {
-		(void)!write(c->stop_fd, &one, sizeof(one));
-		pthread_join(c->t, NULL);
-	}
-	if (c->ls >= 0)
-		close(c->ls);
-	sockfile_remove(&c->sf);
-	sockfile_close(&c->sf);
-	if (c->stop_fd >= 0)
-		close(c->stop_fd);
-}
-
-/* ------------------------------------------------------------------------
- * The command.
- */
 
 /* -d: the parent waits until the daemon is ready (a byte on the pipe). */
 static int daemonize(const struct lp_opts *o, int *ready)
@@ -512,153 +432,129 @@ static int log_to(const struct lp_opts *o, const char *workdir)
 	return 0;
 }
 
-static int signals(void)
+/* The restore's folder and sockets: WORKDIR/lazy-pages.socket for criu
+ * restore (served once; not made when a restore was adopted) and .ctl for
+ * faultctl's STATUS. */
+static int lp_sockets(struct front_start *st, const char *workdir)
 {
-	sigset_t set;
+	struct front_listen *l = st->listen;
 
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	return signalfd(-1, &set, SFD_CLOEXEC);
-}
-
-/* Listen, accept criu restore, start its session. Returns 0 or -errno. */
-static int serve_new(const struct lp_opts *o, const char *path, int sfd,
-		     int ready)
-{
-	struct serve_arg *a = calloc(1, sizeof(*a));
-	struct sockfile sf = SOCKFILE_INIT;
-	int ls = a ? lazy_pages_listen(&sf, path, SOCK_STREAM) : -ENOMEM;
-
-	if (ls < 0) {
-		sockfile_close(&sf);
-		fprintf(stderr, "faultd lazy-pages: %s: %s\n", path,
-			strerror(-ls));
-		free(a);
-		return ls;
-	}
-	dlog(LOG_INFO, "listening on %s", path);
-	tell_ready(o, ready);
-	a->sock = lazy_pages_accept(ls, sfd, stop_signal, &a->cr);
-	close(ls);
-	sockfile_remove(&sf); /* criu restore connects once */
-	sockfile_close(&sf);
-	if (a->sock < 0) {
-		int ret = a->sock;
-
-		free(a);
-		return ret;
-	}
-	lazy_pages_started(&lp);
-	if (daemon_thread_start(serve_main, a, "faultd-criu") < 0) {
-		close(a->sock);
-		free(a);
-		lazy_pages_ended(&lp, false);
-		return -EAGAIN;
+	st->nr = 2;
+	l[0] = (struct front_listen){ .type = SOCK_STREAM,
+				      .ops = &criu_stream_ops, .arg = &lp,
+				      .flags = LISTEN_STRICT | LISTEN_ONCE |
+					       LISTEN_UNLESS_ADOPTED,
+				      .fd = -1 };
+	l[1] = (struct front_listen){ .type = SOCK_SEQPACKET,
+				      .ops = &fdp_conn_ops,
+				      .flags = LISTEN_STRICT | LISTEN_STATUS,
+				      .fd = -1 };
+	if ((size_t)snprintf(l[0].path, sizeof(l[0].path), "%s/%s", workdir,
+			     SOCK_NAME) >= sizeof(l[0].path) - 8 ||
+	    (size_t)snprintf(l[1].path, sizeof(l[1].path), "%s.ctl",
+			     l[0].path) >= sizeof(l[1].path)) {
+		fprintf(stderr, "faultd lazy-pages: %s/%s: %s\n", workdir,
+			SOCK_NAME, strerror(ENAMETOOLONG));
+		return -1;
 	}
 	return 0;
 }
 
-/* Until every session ended; a signal leaves them to the keeper. */
-static bool wait_sessions(int sfd)
+static int ready_fd = -1;	/* -d: the pipe the parent waits on */
+
+/*
+ * Everything before criu restore may connect: the options, --sum (which
+ * is all it does), the log, -d, the dump and the set checked.
+ */
+static int lp_start(struct front_start *st)
 {
-	bool stopped = false;
-
-	while (atomic_load(&lp.live)) {
-		struct pollfd p[2] = { { .fd = lp.done_fd, .events = POLLIN },
-				       { .fd = sfd, .events = POLLIN } };
-		uint64_t v;
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			break;
-		if (p[0].revents)
-			(void)!read(lp.done_fd, &v, sizeof(v));
-		if (p[1].revents && stop_signal(sfd) && !stopped) {
-			stopped = true;
-			dlog(LOG_WARNING, "stopping: the restore stays with the keeper "
-				"for the next faultd lazy-pages");
-			sessions_stop_all();
-		}
-	}
-	return stopped;
-}
-
-static int run(const struct lp_opts *o, const char *workdir, int ready)
-{
-	char path[PATH_MAX], ctl_path[PATH_MAX];
-	struct keep_opts ko = { .socket = path,
-				.grace_s = dopts.keeper_grace_s };
-	struct ctl ctl = { .sf = SOCKFILE_INIT, .ls = -1, .stop_fd = -1 };
-	int sfd = signals(), ret = 0;
-	bool stopped;
-
-	if (snprintf(path, sizeof(path), "%s/%s", workdir, SOCK_NAME) >=
-		    (int)sizeof(path) - 8 ||
-	    snprintf(ctl_path, sizeof(ctl_path), "%s.ctl", path) >=
-		    (int)sizeof(ctl_path))
-		return -ENAMETOOLONG;
-	lp.done_fd = eventfd(0, EFD_CLOEXEC);
-	if (sfd < 0 || lp.done_fd < 0)
-		return -errno;
-	criu_front_init(&lp);
-	if (restart_begin(&ko) < -1)
-		return -EBUSY;
-	ctl_start(&ctl, ctl_path);
-	if (atomic_load(&lp.live)) {
-		dlog(LOG_WARNING, "adopted the restore a faultd lazy-pages before this "
-			"one served");
-		tell_ready(o, ready);
-	} else {
-		ret = serve_new(o, path, sfd, ready);
-	}
-	stopped = wait_sessions(sfd);
-	ctl_stop(&ctl);
-	restart_end();
-	if (!ret && (stopped || atomic_load(&lp.failed) || !atomic_load(&lp.ok)))
-		ret = -EIO;
-	return ret;
-}
-
-int lazy_pages_main(int argc, char **argv)
-{
-	struct lp_opts o;
 	char workdir[PATH_MAX];
-	int ready = -1, ret;
+	int ret = lp_options_check();
 
-	if (parse(argc, argv, &o))
-		return 2;
-	log_set_verbosity(dopts.verbose);
-	if (o.sum)
-		return sum_cmd(&o);
-	if (!realpath(o.workdir ? o.workdir : o.dir, workdir)) {
-		fprintf(stderr, "faultd lazy-pages: %s: %s\n",
-			o.workdir ? o.workdir : o.dir, strerror(errno));
-		return 1;
+	if (ret)
+		return ret;
+	if (lo.sum) {
+		st->exit_now = sum_cmd(&lo);
+		return 0;
 	}
-	if (log_to(&o, workdir)) {
-		fprintf(stderr, "faultd lazy-pages: %s: %s\n", o.log,
+	if (!realpath(lo.workdir ? lo.workdir : lo.dir, workdir)) {
+		fprintf(stderr, "faultd lazy-pages: %s: %s\n",
+			lo.workdir ? lo.workdir : lo.dir, strerror(errno));
+		return -1;
+	}
+	if (log_to(&lo, workdir)) {
+		fprintf(stderr, "faultd lazy-pages: %s: %s\n", lo.log,
 			strerror(errno));
-		return 1;
+		return -1;
 	}
 	/* Only this process says it is ready: not the keeper it starts. */
-	if (o.status_fd >= 0 && fcntl(o.status_fd, F_SETFD, FD_CLOEXEC)) {
+	if (lo.status_fd >= 0 && fcntl(lo.status_fd, F_SETFD, FD_CLOEXEC)) {
 		fprintf(stderr, "faultd lazy-pages: --status-fd %d: %s\n",
-			o.status_fd, strerror(errno));
-		return 1;
+			lo.status_fd, strerror(errno));
+		return -1;
 	}
-	if (o.daemonize && daemonize(&o, &ready))
-		return 1;
-	daemon_started_ms = now_ms();
-	lp.around = (size_t)o.around_kib << 10;
-	lp.handlers = o.handlers;
-	if (open_sources(&o))
-		return 1;
-	check_wset(&o);
-	ret = run(&o, workdir, ready);
-	daemon_threads_wait(THREADS_WAIT_MS);
-	close_sources();
-	return ret ? 1 : 0;
+	if (lo.daemonize && daemonize(&lo, &ready_fd))
+		return -1;
+	lp.around = (size_t)lo.around_kib << 10;
+	lp.handlers = lo.handlers;
+	lp.done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (lp.done_fd < 0 || open_sources(&lo))
+		return -1;
+	check_wset(&lo);
+	criu_front_init(&lp);
+	return lp_sockets(st, workdir);
 }
+
+static void lp_ready(void)
+{
+	if (atomic_load(&lp.live))
+		dlog(LOG_WARNING, "adopted the restore a faultd lazy-pages "
+		     "before this one served");
+	tell_ready(&lo, ready_fd);
+}
+
+/* Every restore it started (or adopted) has ended. */
+static bool lp_done(void)
+{
+	return !atomic_load(&lp.live) &&
+	       atomic_load(&lp.ok) + atomic_load(&lp.failed);
+}
+
+static int lp_news(void)
+{
+	return lp.done_fd;
+}
+
+static void lp_stop(void)
+{
+	if (atomic_load(&lp.live))
+		dlog(LOG_WARNING, "stopping: the restore stays with the keeper "
+		     "for the next faultd lazy-pages");
+}
+
+/* 0 when every page of the restore is in; else 1. */
+static int lp_finish(bool stopped)
+{
+	bool ok = !stopped && !atomic_load(&lp.failed) && atomic_load(&lp.ok);
+
+	close_sources();
+	return ok ? 0 : 1;
+}
+
+const struct front criu_front = {
+	.name = "CRIU lazy-pages",
+	.command = "lazy-pages",
+	.session = &criu_session_ops,
+	.request = MSG_LAZY_PAGES,
+	.answer = lazy_daemon_asked,
+	.shortopts = "D:W:o:dv::",
+	.options = lp_options,
+	.option = lp_option,
+	.usage = lp_usage,
+	.start = lp_start,
+	.ready = lp_ready,
+	.done = lp_done,
+	.news = lp_news,
+	.stop = lp_stop,
+	.finish = lp_finish,
+};

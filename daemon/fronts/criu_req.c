@@ -22,11 +22,10 @@
  * with its own rights and serves whoever of them connects.
  */
 #include <errno.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,18 +37,9 @@
 #define SOCK_NAME "lazy-pages.socket"
 #define WAITING_MAX 64	/* requests whose criu restore has not come yet */
 
-/* A request whose criu restore has not connected yet. */
-struct waiting {
-	struct lazy_pages *lp;
-	struct sockfile sf;	/* WORKDIR/lazy-pages.socket */
-	int ls;
-	char path[108];
-};
-
-static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
-static unsigned int nr_waiting;		/* under wait_lock */
-static int stop_fd = -1;		/* eventfd, made at the first request */
+/* Requests whose criu restore has not connected yet (their socket is in
+ * the server's loop). */
+static atomic_uint nr_waiting;
 
 /* Is @path absolute and shorter than @max? Else -EINVAL with *why. */
 static int abs_path_ok(const char *path, size_t max, char *why,
@@ -121,110 +111,66 @@ static uint64_t lazy_pages_of(const struct lazy_pages *lp)
 	return pages;
 }
 
-/* The daemon stops: the stop eventfd is readable only then. */
-static bool stopping(int fd)
+/* lazy_daemon_served() - the restore of @lp came: one fewer waits. */
+void lazy_daemon_served(struct lazy_pages *lp)
 {
-	(void)fd;
-	return true;
+	(void)lp;
+	atomic_fetch_sub(&nr_waiting, 1);
 }
 
-static void waiting_done(void)
+/* A request's socket closed before its restore came: its dump goes. */
+static void waiting_drop(void *arg)
 {
-	pthread_mutex_lock(&wait_lock);
-	nr_waiting--;
-	pthread_cond_broadcast(&wait_cond);
-	pthread_mutex_unlock(&wait_lock);
+	lazy_daemon_served(arg);
+	lazy_daemon_free(arg);
 }
 
-/* A request's thread: criu restore once, then its session to the end. */
-static void *waiting_main(void *arg)
-{
-	struct waiting *w = arg;
-	struct lazy_pages *lp = w->lp;
-	struct ucred cr;
-	int c = lazy_pages_accept(w->ls, stop_fd, stopping, &cr), ret;
-
-	close(w->ls);
-	sockfile_remove(&w->sf); /* criu restore connects once */
-	sockfile_close(&w->sf);
-	if (c < 0) {
-		if (c != -ECANCELED)
-			dlog(LOG_WARNING, "%s: %s: no restore served", w->path,
-			     strerror(-c));
-		lazy_daemon_free(lp);
-	}
-	free(w);
-	waiting_done();
-	if (c < 0)
-		return NULL;
-	lazy_pages_started(lp);
-	ret = criu_serve(lp, c, cr.uid, cr.pid); /* frees @lp at its end */
-	if (ret)
-		dlog(LOG_WARNING, "cannot serve the restore: %s", strerror(-ret));
-	return NULL;
-}
-
-/* Room for one more waiting request, and the stop eventfd. */
-static int waiting_take(char *why, size_t why_len)
-{
-	int ret = 0;
-
-	pthread_mutex_lock(&wait_lock);
-	if (stop_fd < 0)
-		stop_fd = eventfd(0, EFD_CLOEXEC);
-	if (stop_fd < 0)
-		ret = criu_why(why, why_len, -errno, "eventfd: %s",
-			       strerror(errno));
-	else if (nr_waiting >= WAITING_MAX)
-		ret = criu_why(why, why_len, -EBUSY, "%u restores wait for "
-			       "criu restore already", nr_waiting);
-	else
-		nr_waiting++;
-	pthread_mutex_unlock(&wait_lock);
-	return ret;
-}
-
-/* Listen for the restore of @m and start its thread. */
+/*
+ * The socket of @m's restore, listening (made as the command makes it:
+ * 0600, only root and the daemon's user may connect), into *flp for the
+ * server's loop, which serves one criu restore on it (criu_cmd.c).
+ */
 static int start_waiting(const struct proto_lazy_pages *m,
-			 struct lazy_pages *lp, char *why, size_t why_len)
+			 struct lazy_pages *lp, struct front_listen **flp,
+			 char *why, size_t why_len)
 {
 	const char *wd = m->workdir[0] ? m->workdir : m->dir;
-	struct waiting *w = calloc(1, sizeof(*w));
+	struct front_listen *fl = calloc(1, sizeof(*fl));
 	int ret;
 
-	if (!w)
+	if (!fl)
 		return criu_why(why, why_len, -ENOMEM, "out of memory");
 	if (wd[0] != '/' ||
-	    snprintf(w->path, sizeof(w->path), "%s/%s", wd, SOCK_NAME) >=
-		    (int)sizeof(w->path)) {
-		free(w);
+	    snprintf(fl->path, sizeof(fl->path), "%s/%s", wd, SOCK_NAME) >=
+		    (int)sizeof(fl->path)) {
+		free(fl);
 		return criu_why(why, why_len, -ENAMETOOLONG, "%s/%s: not an "
 				"absolute path that fits a socket address",
 				wd, SOCK_NAME);
 	}
-	w->lp = lp;
-	w->ls = lazy_pages_listen(&w->sf, w->path, SOCK_STREAM);
-	if (w->ls < 0) {
-		ret = w->ls;
-		sockfile_close(&w->sf);
-		free(w);
+	if (atomic_fetch_add(&nr_waiting, 1) >= WAITING_MAX) {
+		atomic_fetch_sub(&nr_waiting, 1);
+		free(fl);
+		return criu_why(why, why_len, -EBUSY, "%u restores wait for "
+				"criu restore already", WAITING_MAX);
+	}
+	fl->fd = lazy_pages_listen(&fl->sf, fl->path, SOCK_STREAM);
+	if (fl->fd < 0) {
+		ret = fl->fd;
+		sockfile_close(&fl->sf);
+		free(fl);
+		atomic_fetch_sub(&nr_waiting, 1);
 		return criu_why(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
 				strerror(-ret));
 	}
-	dlog(LOG_INFO, "%s: waits for criu restore of %s", w->path, lp->dir);
-	ret = waiting_take(why, why_len);
-	if (!ret && (ret = daemon_thread_start(waiting_main, w, "faultd-criu"))) {
-		waiting_done();
-		criu_why(why, why_len, ret, "no thread: %s", strerror(-ret));
-	}
-	if (ret) {
-		close(w->ls);
-		sockfile_remove(&w->sf);
-		sockfile_close(&w->sf);
-		free(w);
-		return ret;
-	}
-	return 0; /* @w is the thread's now */
+	fl->type = SOCK_STREAM;
+	fl->ops = &criu_stream_ops;
+	fl->flags = LISTEN_STRICT | LISTEN_ONCE;
+	fl->arg = lp;
+	fl->drop = waiting_drop;
+	dlog(LOG_INFO, "%s: waits for criu restore of %s", fl->path, lp->dir);
+	*flp = fl;
+	return 0;
 }
 
 /* Is @s a NUL-terminated string of @len bytes at most? */
@@ -296,17 +242,20 @@ static int wset_asked(struct lazy_pages *lp, const struct proto_lazy_pages *m,
 }
 
 /*
- * lazy_daemon_asked() - LAZY_PAGES @m came from @peer on @sock: start
- * serving the restore, and answer ACK or ERROR (why). Context: the
- * connection loop.
+ * lazy_daemon_asked() - LAZY_PAGES @msg came from @peer on @sock: start
+ * serving the restore (its socket into *add, for the server's loop), and
+ * answer ACK or ERROR (why). Context: the server's loop.
  */
-void lazy_daemon_asked(int sock, const struct peer *peer,
-		       const struct proto_lazy_pages *m)
+void lazy_daemon_asked(int sock, const struct peer *peer, const void *msg,
+		       size_t len, struct front_listen **add)
 {
+	const struct proto_lazy_pages *m = msg;
 	struct proto_ack ack = { .session = 0 };
 	struct lazy_pages *lp = NULL;
 	char why[512];
-	int ret = request_ok(peer, m, why, sizeof(why));
+	int ret = len == sizeof(*m) ? request_ok(peer, m, why, sizeof(why))
+				    : criu_why(why, sizeof(why), -EPROTO,
+					       "LAZY_PAGES of %zu bytes", len);
 
 	if (!ret)
 		ret = lazy_daemon_open(m->dir, m->verify, &lp, why,
@@ -317,7 +266,7 @@ void lazy_daemon_asked(int sock, const struct peer *peer,
 		lp->around = (size_t)m->around_kib << 10;
 		lp->handlers = m->handlers;
 		ack.pages_total = lazy_pages_of(lp);
-		ret = start_waiting(m, lp, why, sizeof(why));
+		ret = start_waiting(m, lp, add, why, sizeof(why));
 		if (ret)
 			lazy_daemon_free(lp);
 	}
@@ -329,21 +278,4 @@ void lazy_daemon_asked(int sock, const struct peer *peer,
 	}
 	proto_init(&ack.h, MSG_ACK, sizeof(ack));
 	proto_send(sock, &ack, NULL, 0);
-}
-
-/*
- * lazy_daemon_stop() - the daemon stops: the requests whose restore has
- * not come remove their sockets and end (running sessions are the
- * daemon's to stop and leave to the keeper).
- */
-void lazy_daemon_stop(void)
-{
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&wait_lock);
-	if (stop_fd >= 0)
-		(void)!write(stop_fd, &one, sizeof(one));
-	while (nr_waiting)
-		pthread_cond_wait(&wait_cond, &wait_lock);
-	pthread_mutex_unlock(&wait_lock);
 }

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * front_fc.c - `faultd firecracker`: the page-fault handler of Firecracker
+ * fc.c - `faultd firecracker`: the page-fault handler of Firecracker
  * snapshot restores with the Uffd memory backend (faultd(8), "Firecracker").
  *
  *   faultd firecracker --socket PATH --mem-file FILE [--prefetch]
  *                      [--working-set FILE | --record-working-set FILE]
  *                      [--allow-uid UID]... [--handshake-timeout MS]
+ *                      [--max-connections N] [--max-user-connections N]
  *                      [--keeper-grace S] [--no-keeper] [-v]...
  *
  * It listens on PATH, a Unix stream socket. Firecracker connects when it
@@ -35,9 +36,14 @@
  * the others served on - when the peer's uid is not allowed (the daemon's
  * own, and those of --allow-uid), no descriptor or more than one comes,
  * the descriptor is no non-blocking userfaultfd, the JSON is malformed,
- * longer than FC_JSON_MAX or not whole within --handshake-timeout, or the
- * regions overlap, are misaligned, reach past the memory file, have a page
- * size the file or the memory does not have, or are not registered.
+ * longer than FC_JSON_MAX or not whole within --handshake-timeout (2 s
+ * by default: Firecracker sends it as it connects), or the regions
+ * overlap, are misaligned, reach past the memory file, have a page size
+ * the file or the memory does not have, or are not registered. The
+ * server's loop reads every handshake (no thread waits for one), and a
+ * user's handshakes under way count in its per-user limit
+ * (--max-user-connections, 16; --max-connections, 256, for all users but
+ * root together): one user's idle connections keep nobody else out.
  *
  * Sessions are kept (a keeper at PATH.keeper, keep.h): a faultd
  * firecracker killed and started again with the same flags adopts every VM
@@ -51,41 +57,34 @@
  * last VM's session ends; SIGTERM ends it at once, leaving the VMs to the
  * keeper for the next one.
  *
- * Threads: the main thread accepts on both sockets; each VM's connection
- * has a thread that reads the handshake (with a deadline) and then runs the
- * session's control loop; a STATUS connection has a thread of its own.
+ * Threads: the server's loop (server/conn.c) accepts on both sockets and
+ * reads the handshakes and STATUS requests; each VM whose handshake is
+ * whole gets a thread that checks it and runs the session's control loop.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
 
-#include "front.h"
-#include "server.h"
 #include "fc_json.h"
-#include "sockfile.h"
 #include "file.h"
+#include "front.h"
 
 #define MAX_ALLOW 32		/* --allow-uid */
-#define MAX_PENDING 64		/* handshakes and STATUS under way */
+#define FC_HANDSHAKE_MS 2000	/* Firecracker sends it as it connects */
 #define FC_MAX_FDS 4		/* room to see that more than one came */
 
 struct fc_opts {
-	const char *socket, *mem_file;
+	const char *mem_file;
 	const char *wset, *record;	/* --working-set, --record-... */
 	bool prefetch;
 	uid_t allow[MAX_ALLOW];
@@ -104,7 +103,7 @@ static atomic_bool recording;	/* a VM's session records already */
  * so that the daemon exits only once the last one is done.
  */
 static pthread_mutex_t vms_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned int vms_live, vms_served, pending;
+static unsigned int vms_live, vms_served;
 static struct session_view total;
 static int news_fd = -1;	/* eventfd: a VM ended */
 
@@ -115,10 +114,12 @@ struct fc_vm {
 	bool told_input;	/* logged that it wrote after the handshake */
 };
 
-/* A connection before its session: who, and what came. */
+/* A connection before its session: what came (the server's loop reads
+ * it, struct conn says who). */
 struct fc_conn {
-	int sock;
-	struct peer peer;
+	struct conn *conn;
+	bool counted;		/* a live VM (vm_counted()) until its session */
+	bool admitted;		/* its user may: a refusal is its handshake's */
 	int uffd;
 	char json[FC_JSON_MAX + 1];
 	size_t len;
@@ -134,7 +135,8 @@ static void vm_counted(bool served)
 	pthread_mutex_unlock(&vms_lock);
 }
 
-/* A VM's connection or session is over. */
+/* A VM's connection or session is over: the server's loop, woken by
+ * news_fd, asks done() again. */
 static void vm_uncounted(void)
 {
 	uint64_t one = 1;
@@ -201,12 +203,6 @@ static void vm_ended(struct session *s)
 	     v.pages_background, v.pages_zero, v.removes, v.pages_replayed);
 }
 
-static const struct session_fe_ops vm_ops = {
-	.peer_input = vm_peer_input,
-	.space_gone = vm_gone,
-	.ended = vm_ended,
-};
-
 static void vm_free(void *arg)
 {
 	free(arg);
@@ -220,65 +216,28 @@ static void vm_name(struct session *s)
 	s->o.name = s->name_buf;
 }
 
-/* What a restarted daemon needs of a VM's front end. */
-struct fc_blob {
-	uint64_t page_size;
-	uint64_t file_size;
-};
-
-static size_t vm_save(struct session *s, void *blob, size_t max)
-{
-	struct fc_vm *vm = s->fe_data;
-	struct fc_blob b = { .page_size = vm->page_size,
-			     .file_size = s->srcs[0]->size };
-
-	if (max < sizeof(b))
-		return 0;
-	memcpy(blob, &b, sizeof(b));
-	return sizeof(b);
-}
-
 /*
- * A VM a daemon before this one served: its connection and its memory
- * file, kept open since (the file named now is not read for it).
+ * A VM a daemon before this one served: its connection (its memory file
+ * is open again already, from the descriptor kept since: the file named
+ * now is not read for it).
  */
 static int vm_adopt(struct session *s, const void *blob, size_t len,
-		    int peer, int *srcfds, size_t nr_srcs)
+		    int peer)
 {
 	struct fc_vm *vm = calloc(1, sizeof(*vm));
-	struct fc_blob b = { 0 };
-	struct source *src = NULL;
-	char why[FC_WHY_MAX] = "out of memory";
-	int ret = vm ? 0 : -ENOMEM;
 
-	memcpy(&b, blob, len < sizeof(b) ? len : sizeof(b));
-	if (!ret && (nr_srcs != 1 || srcfds[0] < 0 || peer < 0)) {
-		snprintf(why, sizeof(why), "its memory file or connection "
-			 "was not kept");
-		ret = -EBADMSG;
-	}
-	if (!ret) {
-		ret = src_file_open_fd(srcfds[0], b.file_size,
-				       (size_t)b.page_size, &src, why,
-				       sizeof(why));
-		srcfds[0] = -1; /* the source's, or closed */
-	}
-	if (!ret && (ret = session_own_source(s, src)))
-		source_destroy(src);
-	for (size_t i = 0; i < nr_srcs; i++)
-		if (srcfds[i] >= 0)
-			close(srcfds[i]);
-	if (ret) {
+	(void)blob, (void)len;
+	if (!vm || s->nr_srcs != 1 || peer < 0) {
 		dlog(LOG_WARNING, "vm %llu: cannot adopt it: %s",
-		     (unsigned long long)s->id, why);
+		     (unsigned long long)s->id,
+		     vm ? "its connection was not kept" : "out of memory");
 		if (peer >= 0)
 			close(peer);
 		free(vm);
-		return ret;
+		return vm ? -EBADMSG : -ENOMEM;
 	}
 	vm->sock = peer;
-	vm->page_size = (size_t)b.page_size;
-	s->fe = &vm_ops;
+	vm->page_size = s->srcs[0]->page_size;
 	s->fe_data = vm;
 	s->fe_free = vm_free;
 	s->peer_fd = peer;
@@ -288,11 +247,14 @@ static int vm_adopt(struct session *s, const void *blob, size_t len,
 	return 0;
 }
 
-const struct fe_kind fc_kind = {
-	.id = FE_FC,
-	.name = "firecracker",
+/* Firecracker cannot serve its memory itself: a session outlives a
+ * daemon that stops, until the VM ends. */
+const struct session_ops fc_session_ops = {
+	.front_id = FRONT_FC,
 	.takeover = false,
-	.save = vm_save,
+	.peer_input = vm_peer_input,
+	.space_gone = vm_gone,
+	.ended = vm_ended,
 	.adopt = vm_adopt,
 };
 
@@ -351,7 +313,7 @@ static int recv_some(struct fc_conn *c)
 			    .msg_control = ctl.buf,
 			    .msg_controllen = sizeof(ctl.buf) };
 	bool first = c->len == 0;
-	ssize_t n = recvmsg(c->sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	ssize_t n = recvmsg(c->conn->sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	int fds;
 
 	if (n < 0)
@@ -378,37 +340,6 @@ static int recv_some(struct fc_conn *c)
 		return refuse(c, -EMSGSIZE, "the handshake is longer than %u "
 			      "bytes", FC_JSON_MAX);
 	return 0;
-}
-
-/* The whole handshake, within the deadline. 0 or -errno with c->why. */
-static int recv_handshake(struct fc_conn *c)
-{
-	uint64_t end = now_ms() + dopts.handshake_ms;
-	int ret;
-
-	for (;;) {
-		struct pollfd p = { .fd = c->sock, .events = POLLIN };
-		uint64_t now = now_ms();
-
-		if (now >= end)
-			return refuse(c, -ETIMEDOUT, c->len ? "the handshake "
-				      "was not whole within %u ms" : "no "
-				      "handshake within %u ms",
-				      dopts.handshake_ms);
-		if (poll(&p, 1, (int)(end - now)) <= 0)
-			continue;
-		ret = recv_some(c);
-		if (ret == -EAGAIN)
-			continue;
-		if (ret)
-			return ret;
-		ret = fc_json_complete(c->json, c->len);
-		if (ret < 0)
-			return refuse(c, -EBADMSG, "the handshake is not a JSON "
-				      "array of regions");
-		if (ret)
-			return 0;
-	}
 }
 
 /* The handshake's regions as the engine's ranges. */
@@ -438,7 +369,7 @@ static int handshake_check(struct fc_conn *c, struct srange *r)
 		return ret;
 	if (c->hs.ignored)
 		dlog(LOG_INFO, "VM pid %d: %u unknown keys in its handshake, the "
-			"first \"%s\": ignored", (int)c->peer.pid,
+			"first \"%s\": ignored", (int)c->conn->peer.pid,
 		     c->hs.ignored, c->hs.ignored_key);
 	ps = c->hs.r[0].page_size;
 	if (mem_size % ps)
@@ -446,7 +377,7 @@ static int handshake_check(struct fc_conn *c, struct srange *r)
 			      "but the memory file's %" PRIu64 " bytes are no "
 			      "whole number of them", ps, mem_size);
 	regions_ranges(&c->hs, r);
-	ret = check_mapped(&c->peer, r, c->hs.nr, ps, &why);
+	ret = check_mapped(&c->conn->peer, r, c->hs.nr, ps, &why);
 	return ret ? refuse(c, ret, "%s", why) : 0;
 }
 
@@ -492,12 +423,12 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 				       sizeof(c->why));
 	else if (fd >= 0)
 		close(fd);
-	if (!ret && (ret = session_create(&o, &vm_ops, vm, &s)))
+	if (!ret && (ret = session_create(&o, &fc_session_ops, vm, &s)))
 		why = "cannot start the session";
 	if (!ret && (ret = session_own_source(s, src)) == 0)
 		src = NULL;
 	if (!ret)
-		ret = session_add_space(s, c->uffd, c->peer.pid, c->peer.pidfd,
+		ret = session_add_space(s, c->uffd, c->conn->peer.pid, c->conn->peer.pidfd,
 					0, s->srcs[0], r, c->hs.nr, NULL, 0,
 					&why, NULL);
 	if (ret) {
@@ -512,69 +443,28 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 	}
 	if (fo.record && !rec)
 		dlog(LOG_WARNING, "VM pid %d: not recorded: --record-working-set records "
-			"the first VM only", (int)c->peer.pid);
-	c->uffd = c->peer.pidfd = -1; /* the space's now */
-	vm->sock = c->sock;
+			"the first VM only", (int)c->conn->peer.pid);
+	c->uffd = c->conn->peer.pidfd = -1; /* the space's now */
+	vm->sock = c->conn->sock;
 	vm->page_size = ps;
 	s->fe_free = vm_free;
-	s->peer_fd = c->sock;
+	s->peer_fd = c->conn->sock;
 	s->close_peer = true;
-	c->sock = -1;
-	s->uid = c->peer.uid;
-	s->pid = c->peer.pid;
-	s->kind = &fc_kind;
+	c->conn->sock = -1;
+	c->counted = false; /* the session's now: vm_free() uncounts it */
+	s->uid = c->conn->peer.uid;
+	s->pid = c->conn->peer.pid;
 	vm_name(s);
 	*sp = s;
 	return 0;
 }
 
-static void conn_free(struct fc_conn *c)
-{
-	if (c->uffd >= 0)
-		close(c->uffd);
-	if (c->sock >= 0)
-		close(c->sock);
-	peer_release(&c->peer);
-	free(c);
-}
-
-static void *conn_main(void *arg)
-{
-	struct fc_conn *c = arg;
-	struct srange r[FC_MAX_REGIONS];
-	struct session *s;
-	const char *why = NULL;
-	int ret = peer_bind(c->sock, &c->peer, &why);
-
-	if (ret)
-		refuse(c, ret, "%s", why);
-	if (!ret)
-		ret = recv_handshake(c);
-	if (!ret)
-		ret = handshake_check(c, r);
-	if (!ret)
-		ret = vm_session(c, r, &s);
-	pthread_mutex_lock(&vms_lock);
-	pending--;
-	vms_served += !ret;
-	pthread_mutex_unlock(&vms_lock);
-	if (ret) {
-		dlog(LOG_WARNING, "VM pid %d (uid %u): handshake refused: %s; connection "
-			"closed", (int)c->peer.pid, (unsigned int)c->peer.uid,
-		     c->why);
-		conn_free(c);
-		vm_uncounted();
-		return NULL;
-	}
-	conn_free(c);
-	dlog(LOG_INFO, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s%s%s",
-	     s->o.name, s->spaces->nr, s->spaces->nr_pages,
-	     s->spaces->page_size, fo.prefetch ? ", prefetch" : "",
-	     s->rec ? ", recorded" : "", s->o.wset_path ? ", replay" : "");
-	session_run(s);
-	session_free(s); /* vm_free() uncounts it */
-	return NULL;
-}
+/* ------------------------------------------------------------------------
+ * Connections on PATH, read by the server's loop (front.h): the
+ * handshake arrives at once from Firecracker, so its deadline is short
+ * (FC_HANDSHAKE_MS, or --handshake-timeout); a user's handshakes count in
+ * the server's per-user limits, and no thread waits for any of them.
+ */
 
 static bool uid_allowed(uid_t uid)
 {
@@ -584,208 +474,169 @@ static bool uid_allowed(uid_t uid)
 	return uid == geteuid();
 }
 
-/* A thread for @fn(@c), if not too many are under way. */
-static bool start_pending(void *(*fn)(void *), void *c, const char *name)
+static unsigned int fc_deadline_ms(void)
 {
-	bool ok;
-
-	pthread_mutex_lock(&vms_lock);
-	ok = pending < MAX_PENDING;
-	pending += ok;
-	pthread_mutex_unlock(&vms_lock);
-	if (ok && daemon_thread_start(fn, c, name) < 0) {
-		pthread_mutex_lock(&vms_lock);
-		pending--;
-		pthread_mutex_unlock(&vms_lock);
-		ok = false;
-	}
-	return ok;
+	return dopts_given & OPT_HANDSHAKE ? dopts.handshake_ms
+					   : FC_HANDSHAKE_MS;
 }
 
-/* A connection on PATH: a VM, if its user may. */
-static void accept_vm(int ls)
+/* A VM, if its user may. It counts as live from now on. */
+static int fc_admit(struct conn *conn, const char **why)
 {
-	int sock = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-	struct fc_conn *c;
+	struct fc_conn *c = calloc(1, sizeof(*c));
 
-	if (sock < 0)
-		return;
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		close(sock);
-		return;
-	}
-	c->sock = sock;
+	*why = "out of memory";
+	if (!c)
+		return -ENOMEM;
+	c->conn = conn;
 	c->uffd = -1;
-	peer_init(&c->peer);
-	if (peer_cred(sock, &c->peer)) {
-		dlog(LOG_WARNING, "a VM's connection: cannot identify its process: %s; "
-			"connection closed", strerror(errno));
-		conn_free(c);
-		return;
-	}
-	if (!uid_allowed(c->peer.uid)) {
-		dlog(LOG_WARNING, "VM pid %d (uid %u): refused: its user is not allowed "
-			"(--allow-uid); connection closed", (int)c->peer.pid,
-		     (unsigned int)c->peer.uid);
-		conn_free(c);
-		return;
-	}
+	conn->state = c;
+	c->counted = true;
 	vm_counted(false);
-	if (!start_pending(conn_main, c, "faultd-fc-conn")) {
-		dlog(LOG_WARNING, "VM pid %d: refused: %d handshakes under way already; "
-			"connection closed", (int)c->peer.pid, MAX_PENDING);
-		conn_free(c);
-		vm_uncounted();
-	}
+	*why = "its user is not allowed (--allow-uid)";
+	if (!uid_allowed(conn->uid))
+		return -EPERM;
+	c->admitted = true;
+	return peer_bind(conn->sock, &conn->peer, why);
 }
 
-/* ------------------------------------------------------------------------
- * PATH.ctl: faultctl's HELLO and STATUS.
- */
-
-struct ctl_conn {
-	int sock;
-	uid_t uid;
-};
-
-static int ctl_hello(int sock)
+static enum conn_next fc_input(struct conn *conn)
 {
-	struct proto_hello h, reply = { .min_version = PROTO_VERSION,
-					.max_version = PROTO_VERSION };
-	const char *why = "expected HELLO";
-	ssize_t n = proto_recv_checked(sock, &h, sizeof(h), NULL, 0, NULL, &why);
+	struct fc_conn *c = conn->state;
+	int ret = recv_some(c);
 
-	if (n < 0 || h.h.type != MSG_HELLO || h.min_version > PROTO_VERSION ||
-	    h.max_version < PROTO_VERSION) {
-		if (n != -ECONNRESET)
-			proto_error_send(sock, -EPROTO, "%s", n < 0 && why ? why :
-					 "expected HELLO of protocol version 2");
-		return -EPROTO;
+	if (ret == -EAGAIN)
+		return CONN_WAIT;
+	if (!ret)
+		ret = fc_json_complete(c->json, c->len);
+	if (ret < 0) {
+		if (ret == -EBADMSG && !c->why[0])
+			refuse(c, ret, "the handshake is not a JSON array of "
+			       "regions");
+		return conn->ops->refuse(conn, ret, c->why);
 	}
-	proto_init(&reply.h, MSG_HELLO, sizeof(reply));
-	return proto_send(sock, &reply, NULL, 0);
+	return ret ? CONN_SERVE : CONN_WAIT;
 }
 
-static void *ctl_main(void *arg)
+static enum conn_next fc_late(struct conn *conn)
 {
-	struct ctl_conn *c = arg;
-	struct timeval tv = { .tv_sec = dopts.handshake_ms / 1000,
-			      .tv_usec = dopts.handshake_ms % 1000 * 1000 };
-	struct proto_hdr h;
-	const char *why = NULL;
+	struct fc_conn *c = conn->state;
+	char why[64];
 
-	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(c->sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (!ctl_hello(c->sock)) {
-		if (proto_recv_checked(c->sock, &h, sizeof(h), NULL, 0, NULL,
-				       &why) == sizeof(h) &&
-		    h.type == MSG_STATUS)
-			fdp_status(c->sock, c->uid);
-		else
-			proto_error_send(c->sock, -EPROTO, "expected STATUS");
-	}
-	close(c->sock);
-	free(c);
+	snprintf(why, sizeof(why), "%s within %u ms",
+		 c->len ? "the handshake was not whole" : "no handshake",
+		 fc_deadline_ms());
+	return conn->ops->refuse(conn, -ETIMEDOUT, why);
+}
+
+/* Firecracker reads nothing back: logged, and the connection closed. */
+static enum conn_next fc_refuse(struct conn *conn, int err, const char *why)
+{
+	struct fc_conn *c = conn->state;
+
+	dlog(LOG_WARNING, "VM pid %d (uid %u): %s: %s; connection closed",
+	     (int)conn->peer.pid, (unsigned int)conn->uid,
+	     c && c->admitted ? "handshake refused" : "refused", why);
+	(void)err;
+	return CONN_CLOSE;
+}
+
+/* The whole handshake: checked, then the VM's session to its end. */
+static void fc_serve(struct conn *conn)
+{
+	struct fc_conn *c = conn->state;
+	struct srange r[FC_MAX_REGIONS];
+	struct session *s;
+	int ret = handshake_check(c, r);
+
+	if (!ret)
+		ret = vm_session(c, r, &s);
 	pthread_mutex_lock(&vms_lock);
-	pending--;
+	vms_served += !ret;
 	pthread_mutex_unlock(&vms_lock);
-	return NULL;
+	if (ret) {
+		fc_refuse(conn, ret, c->why);
+		return;
+	}
+	dlog(LOG_INFO, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s%s%s",
+	     s->o.name, s->spaces->nr, s->spaces->nr_pages,
+	     s->spaces->page_size, fo.prefetch ? ", prefetch" : "",
+	     s->rec ? ", recorded" : "", s->o.wset_path ? ", replay" : "");
+	session_run(s);
+	session_free(s); /* vm_free() uncounts it */
 }
 
-static void accept_ctl(int ls)
+static void fc_release(struct conn *conn)
 {
-	struct ctl_conn *c = calloc(1, sizeof(*c));
-	struct peer p;
+	struct fc_conn *c = conn->state;
 
-	peer_init(&p);
-	if (c)
-		c->sock = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-	if (c && c->sock >= 0 && !peer_cred(c->sock, &p)) {
-		c->uid = p.uid;
-		if (start_pending(ctl_main, c, "faultd-fc-ctl"))
-			return;
-	}
-	if (c && c->sock >= 0)
-		close(c->sock);
+	if (!c)
+		return;
+	if (c->uffd >= 0)
+		close(c->uffd);
+	if (c->counted)
+		vm_uncounted();
 	free(c);
 }
+
+static const struct conn_ops fc_conn_ops = {
+	.name = "Firecracker",
+	.deadline_ms = fc_deadline_ms,
+	.admit = fc_admit,
+	.input = fc_input,
+	.late = fc_late,
+	.refuse = fc_refuse,
+	.serve = fc_serve,
+	.release = fc_release,
+};
 
 /* ------------------------------------------------------------------------
  * The command.
  */
 
-static void usage(FILE *f)
+static void fc_usage(FILE *f)
 {
-	fprintf(f, "usage: faultd firecracker --socket PATH --mem-file FILE "
+	fprintf(f, "       faultd firecracker --socket PATH --mem-file FILE "
 		   "[--prefetch]\n"
 		   "                          [--working-set FILE | "
 		   "--record-working-set FILE]\n"
 		   "                          [--allow-uid UID]... "
 		   "[--handshake-timeout MS]\n"
+		   "                          [--max-connections N] "
+		   "[--max-user-connections N]\n"
 		   "                          [--keeper-grace S] [--no-keeper] "
 		   "[-v]...\n");
 }
 
-static int parse(int argc, char **argv)
-{
-	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "mem-file", required_argument, NULL, 'm' },
-		{ "prefetch", no_argument, NULL, 'p' },
-		{ "working-set", required_argument, NULL, 'w' },
-		{ "record-working-set", required_argument, NULL, 'r' },
-		{ "allow-uid", required_argument, NULL, 'u' },
-		{ "handshake-timeout", required_argument, NULL, 't' },
-		{ "keeper-grace", required_argument, NULL, 'g' },
-		{ "no-keeper", no_argument, NULL, 'K' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c;
+enum { O_MEM = 256, O_PREFETCH, O_WSET, O_RECORD, O_ALLOW };
 
-	while ((c = getopt_long(argc, argv, "s:vh", longopts, NULL)) != -1) {
-		switch (c) {
-		case 's': fo.socket = optarg; break;
-		case 'm': fo.mem_file = optarg; break;
-		case 'p': fo.prefetch = true; break;
-		case 'w': fo.wset = optarg; break;
-		case 'r': fo.record = optarg; break;
-		case 'u':
-			if (fo.nr_allow == MAX_ALLOW) {
-				fprintf(stderr, "faultd: --allow-uid: at most "
-					"%d\n", MAX_ALLOW);
-				return -1;
-			}
-			fo.allow[fo.nr_allow++] = daemon_parse_uint(
-				"allow-uid", optarg, 0, 0xfffffffe);
-			break;
-		case 't':
-			dopts.handshake_ms = daemon_parse_uint(
-				"handshake-timeout", optarg, 1, 3600000);
-			break;
-		case 'g':
-			dopts.keeper_grace_s = daemon_parse_uint(
-				"keeper-grace", optarg, 1, 86400);
-			break;
-		case 'K': dopts.no_keeper = true; break;
-		case 'v': dopts.verbose++; break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -1;
+static const struct option fc_options[] = {
+	{ "mem-file", required_argument, NULL, O_MEM },
+	{ "prefetch", no_argument, NULL, O_PREFETCH },
+	{ "working-set", required_argument, NULL, O_WSET },
+	{ "record-working-set", required_argument, NULL, O_RECORD },
+	{ "allow-uid", required_argument, NULL, O_ALLOW },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int fc_option(int id, const char *arg)
+{
+	switch (id) {
+	case O_MEM: fo.mem_file = arg; return 0;
+	case O_PREFETCH: fo.prefetch = true; return 0;
+	case O_WSET: fo.wset = arg; return 0;
+	case O_RECORD: fo.record = arg; return 0;
+	case O_ALLOW:
+		if (fo.nr_allow == MAX_ALLOW) {
+			fprintf(stderr, "faultd: --allow-uid: at most %d\n",
+				MAX_ALLOW);
+			return -1;
 		}
+		fo.allow[fo.nr_allow++] = daemon_parse_uint("allow-uid", arg,
+							    0, 0xfffffffe);
+		return 0;
 	}
-	if (optind != argc || !fo.socket || !fo.mem_file) {
-		usage(stderr);
-		return -1;
-	}
-	if (fo.wset && fo.record) {
-		fprintf(stderr, "faultd: --working-set and --record-working-"
-			"set: not both (a replayed page never faults, so a "
-			"set recorded with a replay would miss it)\n");
-		return -1;
-	}
-	return 0;
+	return -1;
 }
 
 /* The memory file, open for the sessions: a regular file, not empty. */
@@ -846,40 +697,51 @@ static void check_wset(void)
 	fo.wset = NULL;
 }
 
-/* The sockets' files, removed at the end by their directory (sockfile.h). */
-static struct sockfile vm_sf = SOCKFILE_INIT, ctl_sf = SOCKFILE_INIT;
-
-/* The keeper (VMs of a daemon before adopted) and the listening socket. */
-static int listen_vms(void)
+/* The options checked, the memory file open; PATH (kept across a
+ * restart with the VMs) and PATH.ctl (faultctl's STATUS). */
+static int fc_start(struct front_start *st)
 {
-	struct keep_opts ko = { .socket = fo.socket,
-				.grace_s = dopts.keeper_grace_s };
-	int kept = -1, ls;
-
-	fe_kind_register(&fc_kind);
-	if (!dopts.no_keeper) {
-		kept = restart_begin(&ko);
-		if (kept < -1)
-			return kept;
+	if (!dopts.socket || !fo.mem_file) {
+		fprintf(stderr, "faultd firecracker: --socket and --mem-file "
+			"are needed\n");
+		return -2;
 	}
-	if (kept >= 0) {
-		sockfile_adopt(&vm_sf, fo.socket);
-		return kept;
+	if (fo.wset && fo.record) {
+		fprintf(stderr, "faultd: --working-set and --record-working-"
+			"set: not both (a replayed page never faults, so a "
+			"set recorded with a replay would miss it)\n");
+		return -2;
 	}
-	ls = daemon_listen(&vm_sf, fo.socket, SOCK_STREAM);
-	if (ls >= 0)
-		restart_keep_listen(ls);
-	return ls;
+	news_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (news_fd < 0 || open_mem_file() < 0)
+		return -1;
+	check_wset();
+	st->nr = 2;
+	st->listen[0] = (struct front_listen){ .type = SOCK_STREAM,
+					       .ops = &fc_conn_ops,
+					       .flags = LISTEN_KEEP, .fd = -1 };
+	st->listen[1] = (struct front_listen){ .type = SOCK_SEQPACKET,
+					       .ops = &fdp_conn_ops,
+					       .flags = LISTEN_STATUS, .fd = -1 };
+	if ((size_t)snprintf(st->listen[0].path, sizeof(st->listen[0].path),
+			     "%s", dopts.socket) >= sizeof(st->listen[0].path) ||
+	    (size_t)snprintf(st->listen[1].path, sizeof(st->listen[1].path),
+			     "%s.ctl", dopts.socket) >=
+		    sizeof(st->listen[1].path)) {
+		fprintf(stderr, "faultd: %s: %s\n", dopts.socket,
+			strerror(ENAMETOOLONG));
+		return -1;
+	}
+	return 0;
 }
 
-static int ctl_listen(void)
+/* Listening: said, and to a service manager that waits for it. */
+static void fc_ready(void)
 {
-	char path[108];
-
-	if ((size_t)snprintf(path, sizeof(path), "%s.ctl", fo.socket) >=
-	    sizeof(path))
-		return -ENAMETOOLONG;
-	return daemon_listen(&ctl_sf, path, SOCK_SEQPACKET);
+	dlog(LOG_INFO, "firecracker: listening on %s for VMs of %s (%" PRIu64
+	     " bytes)%s", dopts.socket, fo.mem_file, mem_size,
+	     fo.prefetch ? ", prefetch" : "");
+	sd_notify(0, "READY=1");
 }
 
 /* Every VM served has ended (and at least one was). */
@@ -909,123 +771,32 @@ static void print_status(void)
 	fflush(stdout);
 }
 
-enum { T_VMS, T_CTL, T_SIG, T_NEWS, T_KEEPER };
-
-/* SIGUSR1: the record is written now and ends (0); else the end (1). */
-static int on_signal(int sfd)
+static int fc_news(void)
 {
-	struct signalfd_siginfo si;
+	return news_fd;
+}
 
-	if (read(sfd, &si, sizeof(si)) != sizeof(si) ||
-	    si.ssi_signo != SIGUSR1)
-		return 1;
-	dlog(LOG_INFO, "SIGUSR1: the working set recorded so far is written");
-	sessions_record_end_all();
+/* The last VM's session ended (a status line), or a signal stopped it. */
+static int fc_finish(bool stopped)
+{
+	(void)stopped;
+	if (all_done())
+		print_status();
 	return 0;
 }
 
-static int ep_add(int ep, int fd, uint32_t events, uint64_t tag)
-{
-	struct epoll_event ev = { .events = events, .data.u64 = tag };
-
-	return fd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) ? -1 : 0;
-}
-
-/* Accept until the last VM is done or a signal. Returns 0 or -errno. */
-static int serve(int ls, int ctl, int sfd)
-{
-	int ep = epoll_create1(EPOLL_CLOEXEC), ret = 0;
-
-	if (ep < 0 || ep_add(ep, ls, EPOLLIN, T_VMS) ||
-	    ep_add(ep, ctl, EPOLLIN, T_CTL) || ep_add(ep, sfd, EPOLLIN, T_SIG) ||
-	    ep_add(ep, news_fd, EPOLLIN, T_NEWS))
-		ret = -errno;
-	ep_add(ep, restart_fd(), 0, T_KEEPER);
-	while (!ret && !all_done()) {
-		struct epoll_event ev[16];
-		int n = epoll_wait(ep, ev, 16, -1);
-		uint64_t v;
-
-		for (int i = 0; i < n; i++) {
-			switch (ev[i].data.u64) {
-			case T_VMS: accept_vm(ls); break;
-			case T_CTL: accept_ctl(ctl); break;
-			case T_NEWS: (void)!read(news_fd, &v, sizeof(v)); break;
-			case T_SIG: ret = on_signal(sfd); break;
-			case T_KEEPER:
-				epoll_ctl(ep, EPOLL_CTL_DEL, restart_fd(), NULL);
-				restart_keeper_lost();
-				ep_add(ep, restart_fd(), 0, T_KEEPER);
-				break;
-			}
-		}
-	}
-	if (ep >= 0)
-		close(ep);
-	return ret < 0 ? ret : 0;
-}
-
-/* Signals to a descriptor: the threads never see them. */
-static int signals(void)
-{
-	sigset_t stop;
-
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	sigaddset(&stop, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &stop, NULL);
-	return signalfd(-1, &stop, SFD_CLOEXEC);
-}
-
-/*
- * fc_main() - `faultd firecracker ...` (@argv[0] is "firecracker").
- * Returns the exit status: 0 when the last VM's session ended or on
- * SIGTERM, 1 when it cannot serve, 2 for a usage error.
- */
-int fc_main(int argc, char **argv)
-{
-	int ls, ctl, sfd, ret;
-
-	if (parse(argc, argv) < 0)
-		return 2;
-	log_set_verbosity(dopts.verbose);
-	daemon_std_fds();
-	daemon_raise_nofile();
-	daemon_started_ms = now_ms();
-	dopts.socket = fo.socket;
-	sfd = signals();
-	news_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (open_mem_file() < 0 || sfd < 0 || news_fd < 0)
-		return 1;
-	check_wset();
-	ls = listen_vms();
-	ctl = ls >= 0 ? ctl_listen() : -1;
-	if (ls < 0 || ctl < 0) {
-		fprintf(stderr, "faultd: %s%s: %s\n", fo.socket,
-			ls < 0 ? "" : ".ctl", strerror(ls < 0 ? -ls : -ctl));
-		if (restart_end())
-			sockfile_remove(&vm_sf);
-		return 1;
-	}
-	dlog(LOG_INFO, "firecracker: listening on %s for VMs of %s (%" PRIu64
-	     " bytes)%s", fo.socket, fo.mem_file, mem_size,
-	     fo.prefetch ? ", prefetch" : "");
-	sd_notify(0, "READY=1");
-	ret = serve(ls, ctl, sfd);
-	if (ret < 0)
-		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
-	sessions_stop_all();
-	daemon_threads_wait(THREADS_WAIT_MS);
-	if (restart_end())
-		sockfile_remove(&vm_sf);
-	sockfile_remove(&ctl_sf);
-	sockfile_close(&vm_sf);
-	sockfile_close(&ctl_sf);
-	if (all_done())
-		print_status();
-	close(ctl);
-	close(ls);
-	return ret < 0 ? 1 : 0;
-}
+const struct front fc_front = {
+	.name = "Firecracker",
+	.command = "firecracker",
+	.session = &fc_session_ops,
+	.shared = OPT_SOCKET | OPT_CONN_LIMITS | OPT_HANDSHAKE | OPT_KEEPER |
+		  OPT_VERBOSE,
+	.options = fc_options,
+	.option = fc_option,
+	.usage = fc_usage,
+	.start = fc_start,
+	.ready = fc_ready,
+	.done = all_done,
+	.news = fc_news,
+	.finish = fc_finish,
+};

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,8 +29,6 @@ struct fdp {
 	int sock;
 	struct space *sp;
 	atomic_bool sent_done; /* control loop; read by fdp_save() anywhere */
-	bool has_key;		/* the image is authenticated with key */
-	struct img_key key;	/* the image's own key (PROTO_REG_MAC) */
 };
 
 static void fdp_progress(struct session *s, struct proto_progress *p,
@@ -110,34 +109,22 @@ static bool fdp_space_gone(struct session *s, struct space *sp)
 	return false;
 }
 
-static const struct session_fe_ops fdp_ops = {
-	.peer_input = fdp_peer_input,
-	.tick = fdp_tick,
-	.space_gone = fdp_space_gone,
-};
-
 static void fdp_free(void *arg)
 {
-	struct fdp *f = arg;
-
-	explicit_bzero(&f->key, sizeof(f->key));
-	free(f);
+	free(arg);
 }
 
-/* What a restarted daemon needs of the front end: DONE sent, the key. */
+/* What a restarted daemon needs of the front end: whether DONE was sent
+ * (the image's key is its source's to keep). */
 struct fdp_blob {
 	uint32_t sent_done;
-	uint32_t has_key;
-	uint8_t key[32];	/* the image's own key: the keeper is root's */
 };
 
 static size_t fdp_save(struct session *s, void *blob, size_t max)
 {
 	struct fdp *f = s->fe_data;
-	struct fdp_blob b = { .sent_done = atomic_load(&f->sent_done),
-			      .has_key = f->has_key };
+	struct fdp_blob b = { .sent_done = atomic_load(&f->sent_done) };
 
-	memcpy(b.key, f->key.key, sizeof(b.key));
 	if (max < sizeof(b))
 		return 0;
 	memcpy(blob, &b, sizeof(b));
@@ -151,43 +138,23 @@ static void fdp_name(struct session *s)
 	s->o.name = s->name_buf;
 }
 
-/* A session a daemon before this one served: its client and image. */
+/* A session a daemon before this one served: its client (its image is
+ * open again already). */
 static int fdp_adopt(struct session *s, const void *blob, size_t len,
-		     int peer, int *srcfds, size_t nr_srcs)
+		     int peer)
 {
 	struct fdp *f = calloc(1, sizeof(*f));
 	struct fdp_blob b = { 0 };
-	struct source *src = NULL;
-	int ret = f ? 0 : -ENOMEM;
-
-	const char *why;
 
 	memcpy(&b, blob, len < sizeof(b) ? len : sizeof(b));
-	if (!ret && (nr_srcs != 1 || srcfds[0] < 0 || peer < 0))
-		ret = -EBADMSG;
-	if (!ret && b.has_key) {
-		f->has_key = true;
-		f->key = (struct img_key){ .image_key = true };
-		memcpy(f->key.key, b.key, sizeof(b.key));
-	}
-	explicit_bzero(&b, sizeof(b));
-	if (!ret)
-		ret = src_image_open(srcfds[0], f->has_key ? &f->key : NULL,
-				     &src, &why);
-	if (!ret && (ret = session_own_source(s, src)))
-		source_destroy(src);
-	for (size_t i = 0; i < nr_srcs; i++)
-		if (srcfds[i] >= 0)
-			close(srcfds[i]); /* the image keeps its own */
-	if (ret) {
+	if (!f || s->nr_srcs != 1 || peer < 0) {
 		if (peer >= 0)
 			close(peer);
 		free(f);
-		return ret;
+		return f ? -EBADMSG : -ENOMEM;
 	}
 	f->sock = peer;
 	atomic_store(&f->sent_done, b.sent_done);
-	s->fe = &fdp_ops;
 	s->fe_data = f;
 	s->fe_free = fdp_free;
 	s->peer_fd = peer;
@@ -196,10 +163,12 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 	return 0;
 }
 
-const struct fe_kind fdp_kind = {
-	.id = FE_FDP,
-	.name = "faultd protocol",
+const struct session_ops fdp_session_ops = {
+	.front_id = FRONT_FDP,
 	.takeover = true,
+	.peer_input = fdp_peer_input,
+	.tick = fdp_tick,
+	.space_gone = fdp_space_gone,
 	.save = fdp_save,
 	.adopt = fdp_adopt,
 };
@@ -223,19 +192,17 @@ static struct srange *fdp_ranges(const struct proto_register *m)
  * sends only decides what is served into its own memory.
  */
 static int fdp_image(const struct proto_register *m, int fd,
-		     struct fdp *f, struct source **srcp, const char **why)
+		     struct source **srcp, const char **why)
 {
-	struct img_key *key = NULL;
+	struct img_key key = { .image_key = true };
 	int ret;
 
-	if (m->flags & PROTO_REG_MAC) {
-		f->key = (struct img_key){ .image_key = true };
-		memcpy(f->key.key, proto_register_key(m), PROTO_KEY_LEN);
-		f->has_key = true;
-		key = &f->key;
-	}
+	if (m->flags & PROTO_REG_MAC)
+		memcpy(key.key, proto_register_key(m), PROTO_KEY_LEN);
 	*why = "the image cannot be used";
-	ret = src_image_open(fd, key, srcp, why);
+	ret = src_image_open(fd, m->flags & PROTO_REG_MAC ? &key : NULL, srcp,
+			     why);
+	explicit_bzero(&key, sizeof(key));
 	if (ret == -EINVAL || ret == -EOPNOTSUPP) {
 		*why = "the second descriptor is not a full checkpoint image";
 		ret = -EINVAL;
@@ -287,8 +254,8 @@ static int fdp_wset_fds(const struct proto_register *m, const int *fds,
 
 /* Check @m and its descriptors; a source for its image. */
 static int fdp_check(const struct proto_register *m, const int *fds,
-		     const struct peer *peer, struct fdp *f,
-		     struct source **srcp, const char **why)
+		     const struct peer *peer, struct source **srcp,
+		     const char **why)
 {
 	int ret = check_uffd(fds[0], why);
 
@@ -297,7 +264,7 @@ static int fdp_check(const struct proto_register *m, const int *fds,
 		ret = -EINVAL;
 	}
 	if (!ret)
-		ret = fdp_image(m, fds[1], f, srcp, why);
+		ret = fdp_image(m, fds[1], srcp, why);
 	if (ret)
 		return ret;
 	ret = check_ranges(m, src_image_of(*srcp), peer, why);
@@ -321,13 +288,13 @@ static int fdp_session(int sock, const struct proto_register *m, int *fds,
 	struct srange *r = NULL;
 	struct session *s = NULL;
 	const char *why;
-	int ret = fdp_check(m, fds, peer, f, &src, &why);
+	int ret = fdp_check(m, fds, peer, &src, &why);
 
 	if (!ret)
 		ret = fdp_wset_fds(m, fds, src, &o, &why);
 	if (!ret) {
 		why = "cannot start the session";
-		ret = session_create(&o, &fdp_ops, f, &s);
+		ret = session_create(&o, &fdp_session_ops, f, &s);
 		fds[2] = fds[3] = -1; /* the session's, or closed */
 	}
 	if (!ret && session_own_source(s, src) < 0)
@@ -360,8 +327,8 @@ static int fdp_session(int sock, const struct proto_register *m, int *fds,
  * the session ends. Returns 0 when the session ran, or -errno (the
  * client got the error). Context: the connection's thread.
  */
-int fdp_register(int sock, const struct proto_register *m, int *fds,
-		 struct peer *peer)
+static int fdp_register(int sock, const struct proto_register *m, int *fds,
+			struct peer *peer)
 {
 	struct fdp f = { .sock = sock };
 	struct proto_ack ack;
@@ -373,7 +340,6 @@ int fdp_register(int sock, const struct proto_register *m, int *fds,
 	close(fds[1]); /* the image keeps its own duplicate */
 	fds[0] = fds[1] = -1;
 	fdp_name(s);
-	s->kind = &fdp_kind;
 	s->peer_fd = sock;
 	/* Kept before the client hears of it: from then on it may fault. */
 	session_persist(s);
@@ -429,3 +395,258 @@ out:
 	free(v);
 	free(st);
 }
+
+/* ------------------------------------------------------------------------
+ * Connections, until they are sessions (the server's loop, front.h): the
+ * HELLO, then a REGISTER (a session, on a thread of its own), a STATUS
+ * (answered here), or another front end's request (its answer()). On a
+ * control socket (LISTEN_STATUS), HELLO and STATUS only.
+ */
+
+enum fdp_state {
+	FDP_HELLO,	/* waiting for HELLO */
+	FDP_REQUEST,	/* waiting for REGISTER, STATUS or a request */
+	FDP_REFUSE,	/* waiting for HELLO, to answer it with err */
+	FDP_REGISTER,	/* a REGISTER came: its session is next */
+};
+
+struct fdp_conn {
+	enum fdp_state state;
+	int err;		/* FDP_REFUSE: the answer */
+	const char *why;
+	struct proto_register *m; /* FDP_REGISTER: a copy */
+	int fds[PROTO_REG_MAX_FDS]; /* its descriptors; -1 */
+};
+
+/* One message at a time is read, by the server's loop only. */
+static char msg_buf[PROTO_MAX_MSG];
+
+/*
+ * proto_answer_hello() - answer the HELLO @msg of @len bytes: ours, or
+ * the error a client of another version or one that sent no HELLO gets.
+ * Returns 0 or -errno. The only HELLO every socket of faultd answers.
+ */
+int proto_answer_hello(int sock, const void *msg, size_t len)
+{
+	const struct proto_hello *h = msg;
+	struct proto_hello reply = { .min_version = PROTO_VERSION,
+				     .max_version = PROTO_VERSION,
+				     .features = PROTO_FEATURES };
+
+	if (len < sizeof(*h) || h->h.type != MSG_HELLO) {
+		proto_error_send(sock, -EPROTO, "expected HELLO first");
+		return -EPROTO;
+	}
+	if (h->min_version > PROTO_VERSION || h->max_version < PROTO_VERSION) {
+		proto_error_send(sock, -EPROTONOSUPPORT,
+				 "this daemon speaks protocol version %u only",
+				 PROTO_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	proto_init(&reply.h, MSG_HELLO, sizeof(reply));
+	return proto_send(sock, &reply, NULL, 0);
+}
+
+/* @c's state, made on its first use (admit(), or a refusal before). */
+static struct fdp_conn *fdp_state(struct conn *c)
+{
+	struct fdp_conn *fc = c->state;
+
+	if (!fc && (fc = calloc(1, sizeof(*fc)))) {
+		memset(fc->fds, -1, sizeof(fc->fds));
+		c->state = fc;
+	}
+	return fc;
+}
+
+static int fdp_admit(struct conn *c, const char **why)
+{
+	*why = "out of memory";
+	if (!fdp_state(c))
+		return -ENOMEM;
+	*why = "not allowed";
+	if (geteuid() != 0 && c->uid != geteuid())
+		return -EACCES;
+	return c->status_only ? 0 : peer_bind(c->sock, &c->peer, why);
+}
+
+static void close_fds(int *fds, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* A REGISTER with its descriptors: kept for its session's thread. */
+static enum conn_next fdp_take_register(struct conn *c, size_t len, int *fds,
+					unsigned int nfds)
+{
+	struct fdp_conn *fc = c->state;
+
+	fc->m = malloc(len);
+	if (!fc->m) {
+		close_fds(fds, nfds);
+		proto_error_send(c->sock, -ENOMEM, "out of memory");
+		return CONN_CLOSE;
+	}
+	memcpy(fc->m, msg_buf, len);
+	memcpy(fc->fds, fds, nfds * sizeof(*fds));
+	fc->state = FDP_REGISTER;
+	return CONN_SERVE;
+}
+
+/* A request other than REGISTER, after HELLO: answered, then closed. */
+static enum conn_next fdp_request(struct conn *c, size_t len)
+{
+	const struct proto_hdr *h = (const void *)msg_buf;
+	const struct front *f = front_for_request(h->type);
+
+	if (h->type == MSG_STATUS)
+		fdp_status(c->sock, c->uid);
+	else if (f && !c->status_only)
+		f->answer(c->sock, &c->peer, msg_buf, len, &c->add);
+	else
+		proto_error_send(c->sock, -EPROTO,
+				 h->type == MSG_REGISTER
+					 ? "REGISTER needs its descriptors: "
+					   "uffd, image, and the working-set "
+					   "files its flags name"
+				 : c->status_only
+					 ? "this socket answers HELLO and "
+					   "STATUS only"
+					 : "expected REGISTER, STATUS or "
+					   "LAZY_PAGES");
+	return CONN_CLOSE;
+}
+
+static enum conn_next fdp_input(struct conn *c)
+{
+	struct fdp_conn *fc = c->state;
+	const struct proto_hdr *h = (const void *)msg_buf;
+	const char *why;
+	unsigned int nfds = 0;
+	int fds[PROTO_REG_MAX_FDS];
+	ssize_t n = proto_recv_checked(c->sock, msg_buf, sizeof(msg_buf), fds,
+				       PROTO_REG_MAX_FDS, &nfds, &why);
+
+	if (n == -EAGAIN)
+		return CONN_WAIT;
+	if (fc->state == FDP_REFUSE || n < 0) {
+		if (fc->state == FDP_REFUSE)
+			proto_error_send(c->sock, fc->err, "%s", fc->why);
+		else if (why)
+			proto_error_send(c->sock, (int)n, "%s", why);
+		close_fds(fds, nfds);
+		return CONN_CLOSE;
+	}
+	if (h->type == MSG_REGISTER && fc->state == FDP_REQUEST &&
+	    !c->status_only &&
+	    nfds == proto_register_nfds(((const struct proto_register *)h)
+						->flags))
+		return fdp_take_register(c, (size_t)n, fds, nfds);
+	close_fds(fds, nfds);
+	if (fc->state == FDP_HELLO) {
+		if (proto_answer_hello(c->sock, msg_buf, (size_t)n) < 0)
+			return CONN_CLOSE;
+		fc->state = FDP_REQUEST;
+		return CONN_NEXT;
+	}
+	return fdp_request(c, (size_t)n);
+}
+
+static enum conn_next fdp_late(struct conn *c)
+{
+	struct fdp_conn *fc = c->state;
+
+	if (fc->state == FDP_REFUSE)
+		proto_error_send(c->sock, fc->err, "%s", fc->why);
+	else
+		proto_error_send(c->sock, -ETIMEDOUT, "no %s within %u ms",
+				 fc->state == FDP_HELLO ? "HELLO"
+							: "REGISTER or STATUS",
+				 dopts.handshake_ms);
+	return CONN_CLOSE;
+}
+
+/* Refused: after its HELLO, told at once; before, when its HELLO comes
+ * (so that it reads the error, not a reset). */
+static enum conn_next fdp_refuse(struct conn *c, int err, const char *why)
+{
+	struct fdp_conn *fc = fdp_state(c);
+
+	if (fc && fc->state == FDP_HELLO) {
+		fc->state = FDP_REFUSE;
+		fc->err = err;
+		fc->why = why;
+		return CONN_WAIT;
+	}
+	proto_error_send(c->sock, err, "%s", why);
+	return CONN_CLOSE;
+}
+
+/* The REGISTER, checked and served until its session ends. */
+static void fdp_serve(struct conn *c)
+{
+	struct fdp_conn *fc = c->state;
+
+	fdp_register(c->sock, fc->m, fc->fds, &c->peer);
+}
+
+static void fdp_release(struct conn *c)
+{
+	struct fdp_conn *fc = c->state;
+
+	if (!fc)
+		return;
+	close_fds(fc->fds, PROTO_REG_MAX_FDS);
+	free(fc->m);
+	free(fc);
+}
+
+const struct conn_ops fdp_conn_ops = {
+	.name = "faultd protocol",
+	.admit = fdp_admit,
+	.input = fdp_input,
+	.late = fdp_late,
+	.refuse = fdp_refuse,
+	.serve = fdp_serve,
+	.release = fdp_release,
+	.session = true,
+};
+
+/* ------------------------------------------------------------------------
+ * faultd alone: the daemon of the faultd protocol.
+ */
+
+/* Its socket: --socket, or systemd's, or the default (the server). By
+ * default one user may take a quarter of the sessions. */
+static int fdp_start(struct front_start *st)
+{
+	struct front_listen *l = &st->listen[0];
+
+	*l = (struct front_listen){ .type = SOCK_SEQPACKET,
+				    .ops = &fdp_conn_ops,
+				    .flags = LISTEN_KEEP, .fd = -1 };
+	st->nr = 1;
+	st->activated = true;
+	if (dopts.socket &&
+	    (size_t)snprintf(l->path, sizeof(l->path), "%s", dopts.socket) >=
+		    sizeof(l->path)) {
+		fprintf(stderr, "faultd: %s: %s\n", dopts.socket,
+			strerror(ENAMETOOLONG));
+		return -1;
+	}
+	if (!dopts.max_user_sessions)
+		dopts.max_user_sessions = dopts.max_sessions / 4
+						  ? dopts.max_sessions / 4
+						  : 1;
+	return 0;
+}
+
+const struct front fdp_front = {
+	.name = "faultd protocol",
+	.session = &fdp_session_ops,
+	.shared = OPT_SOCKET | OPT_SESSION_LIMITS | OPT_CONN_LIMITS |
+		  OPT_HANDSHAKE | OPT_KEEPER | OPT_FD_STORE | OPT_VERBOSE,
+	.start = fdp_start,
+};

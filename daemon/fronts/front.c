@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * front.c - the options the server and the front ends share.
+ * front.c - the front ends' table, and the options the server and the
+ * front ends share.
  */
+#include <stddef.h>
+#include <string.h>
+
 #include "front.h"
 
 struct daemon_opts dopts = {
@@ -11,4 +15,42 @@ struct daemon_opts dopts = {
 	.handshake_ms = 5000,
 	.keeper_grace_s = 30,
 };
+unsigned int dopts_given;
 uint64_t daemon_started_ms;
+
+/* Every front end; a new one is one line here (its id: enum front_id). */
+const struct front *const fronts[] = {
+	&fdp_front,
+	&criu_front,
+	&fc_front,
+	NULL,
+};
+
+/* The front end of `faultd @command` (NULL: faultd alone); NULL: none. */
+const struct front *front_by_command(const char *command)
+{
+	for (const struct front *const *f = fronts; *f; f++)
+		if ((*f)->start &&
+		    (command ? (*f)->command && !strcmp((*f)->command, command)
+			     : !(*f)->command))
+			return *f;
+	return NULL;
+}
+
+/* The front end that answers request @type of the faultd protocol. */
+const struct front *front_for_request(enum proto_type type)
+{
+	for (const struct front *const *f = fronts; *f; f++)
+		if ((*f)->request == type && (*f)->answer)
+			return *f;
+	return NULL;
+}
+
+/* The front end of a kept session, by its id; NULL: none. */
+const struct session_ops *front_session_ops(uint16_t id)
+{
+	for (const struct front *const *f = fronts; *f; f++)
+		if ((*f)->session->front_id == id)
+			return (*f)->session;
+	return NULL;
+}

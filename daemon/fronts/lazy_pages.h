@@ -1,28 +1,26 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * front_criu.h - `faultd lazy-pages` (lazy_pages.c, the command) and the
- * CRIU lazy-pages front end it runs (front_criu.c).
+ * lazy_pages.h - the CRIU front end: CRIU's lazy-pages stream as a
+ * session (criu.c), `faultd lazy-pages` and criu restore's connections
+ * (criu_cmd.c), the restores the daemon is asked to serve (criu_req.c).
  */
-#ifndef FAULTD_FRONT_CRIU_H
-#define FAULTD_FRONT_CRIU_H
+#ifndef FAULTD_LAZY_PAGES_H
+#define FAULTD_LAZY_PAGES_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "persist.h"
+#include "front.h"
 
 struct criu_dump;
 struct criu_ps;
-struct peer;
-struct proto_lazy_pages;
-struct ucred;
 struct criu_sums;
 
 /*
  * What restores are served from: the command's (shared by its sessions),
- * or one restore's that the daemon serves (lazy_daemon.c), which its one
+ * or one restore's that the daemon serves (criu_req.c), which its one
  * session frees when it ends (lazy_pages_ended()).
  */
 struct lazy_pages {
@@ -44,30 +42,27 @@ struct lazy_pages {
 	atomic_uint failed;	/* sessions that did not */
 };
 
-/* lazy_pages.c */
-int lazy_pages_main(int argc, char **argv);
+/* criu_cmd.c - `faultd lazy-pages`, and criu restore's connections */
+extern const struct conn_ops criu_stream_ops;
 void lazy_pages_started(struct lazy_pages *lp);
 void lazy_pages_ended(struct lazy_pages *lp, bool ok);
 int lazy_pages_verify(struct lazy_pages *lp, const char *file, char *why,
 		      size_t why_len);
-struct sockfile;
 int lazy_pages_listen(struct sockfile *f, const char *path, int type);
-int lazy_pages_accept(int ls, int stop_fd, bool (*stopped)(int fd),
-		      struct ucred *cr);
 
-/* lazy_daemon.c - the daemon's restores, asked for with faultctl */
+/* criu_req.c - the daemon's restores, asked for with faultctl */
 int lazy_daemon_open(const char *dir, const char *verify,
 		     struct lazy_pages **lpp, char *why, size_t why_len);
 void lazy_daemon_free(struct lazy_pages *lp);
-void lazy_daemon_asked(int sock, const struct peer *peer,
-		       const struct proto_lazy_pages *m);
-void lazy_daemon_stop(void);
+void lazy_daemon_asked(int sock, const struct peer *peer, const void *msg,
+		       size_t len, struct front_listen **add);
+void lazy_daemon_served(struct lazy_pages *lp);
 
-/* front_criu.c */
-extern const struct fe_kind criu_kind;
+/* criu.c - CRIU's lazy-pages stream as a session */
+extern const struct session_ops criu_session_ops;
 void criu_front_init(struct lazy_pages *lp);
 int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid);
 int criu_wset_check(struct lazy_pages *lp, const char *path, char *why,
 		    size_t why_len);
 
-#endif /* FAULTD_FRONT_CRIU_H */
+#endif /* FAULTD_LAZY_PAGES_H */

@@ -1,43 +1,52 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * conn.c - connections until they become sessions, and the limits.
+ * conn.c - the server's one loop: the listening sockets the front end asks
+ * for, the connections until their handshake is whole, and the limits.
  *
- * The main thread runs one epoll loop over the listening socket, the
- * signalfd and every connection that has not registered: those sockets
- * are non-blocking, and each message a connection owes has a deadline
- * (--handshake-timeout): its HELLO, then a STATUS (answered here) or a
- * REGISTER (handed to a thread of its own, which checks it and becomes
- * the session's fault thread). However many connections are open, the
- * threads are the loop's and three per session.
+ * The main thread runs one epoll loop over the listening sockets, the
+ * signalfd, the keeper's connection and every connection in its
+ * handshake: those sockets are non-blocking, and each message a
+ * connection owes has a deadline. What a handshake is, is the front
+ * end's (struct conn_ops); once it is whole the connection leaves the
+ * loop for a thread of its own, which runs its session. However many
+ * connections are open, the threads are the loop's and those of the
+ * sessions.
  *
  * Limits count the users other than root: root's connections and
  * sessions are never refused because of anyone's. A user has at most
- * --max-user-connections connections that have not registered and
+ * --max-user-connections connections in their handshake and
  * --max-user-sessions sessions; all users together --max-connections and
- * --max-sessions. A connection refused (for a limit, or because a daemon
- * not run as root serves its own user only) is told so after its HELLO:
- * ERROR, then close, so that the client reads the error and not a reset.
- * At most REFUSING_MAX refusals wait for their HELLO; past that they are
- * closed at once.
+ * --max-sessions. So no user's connections keep another's out. A
+ * connection refused is told so as its protocol does (the faultd
+ * protocol answers the HELLO that comes, so that the client reads the
+ * error and not a reset); at most REFUSING_MAX refusals wait for their
+ * peer; past that they are closed at once.
  *
  * Out of descriptors (EMFILE, ENFILE), accept() would fail again at once
  * and the loop would spin: a reserve descriptor is closed to accept the
- * connection and close it, and the listening socket is left alone for
- * BACKOFF_MS. That is logged once per shortage, and its end.
+ * connection and close it, and the listening sockets are left alone for
+ * BACKOFF_MS. A shortage is logged once, and its end once it has been
+ * over for SHORTAGE_QUIET_MS, with how many connections it cost: a flood
+ * that keeps the daemon short makes two lines, not two every back-off.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "server.h"
-#include "lazy_pages.h"
+#include "sockfile.h"
 
 #define REFUSING_MAX 64
 #define BACKOFF_MS 100
+#define SHORTAGE_QUIET_MS 1000
 #define USERS_HASH 64
+#define LISTEN_MAX 80		/* the front end's, and requests' once */
 
 /* ------------------------------------------------------------------------
  * The limits. users_lock protects the table and the totals; the loop
@@ -135,133 +144,195 @@ static void limit_give(uid_t uid, bool session)
 }
 
 /* ------------------------------------------------------------------------
- * Sessions: a thread per accepted REGISTER.
+ * The loop's state.
  */
 
-struct registration {
-	int sock;
-	int fds[PROTO_REG_MAX_FDS]; /* uffd, image[, record][, set]; -1 */
-	struct peer peer;
-	struct proto_register *m; /* a copy of the message */
-};
-
-static void registration_free(struct registration *g)
-{
-	for (int i = 0; i < PROTO_REG_MAX_FDS; i++)
-		if (g->fds[i] >= 0)
-			close(g->fds[i]);
-	if (g->sock >= 0)
-		close(g->sock);
-	peer_release(&g->peer);
-	free(g->m);
-	free(g);
-}
-
-/* Check the REGISTER, acknowledge it, serve until the session ends. */
-static void *session_main(void *arg)
-{
-	struct registration *g = arg;
-	uid_t uid = g->peer.uid;
-
-	fdp_register(g->sock, g->m, g->fds, &g->peer);
-	registration_free(g);
-	limit_give(uid, true);
-	return NULL;
-}
-
-/* ------------------------------------------------------------------------
- * Connections that have not registered.
- */
-
-enum conn_state {
-	CONN_HELLO,	/* waiting for HELLO */
-	CONN_REQUEST,	/* waiting for REGISTER or STATUS */
-	CONN_REFUSE,	/* waiting for HELLO, to answer it with err */
-};
-
-struct conn {
-	int sock;
-	enum conn_state state;
-	int err;		/* CONN_REFUSE: the answer */
-	const char *why;
-	bool counted;		/* in limit_take()'s connections, as uid */
-	uid_t uid;		/* whose connection it counts as */
-	struct peer peer;
-	uint64_t deadline_ms;	/* for the message it owes */
-	struct conn *prev, *next; /* the loop's list, by deadline */
+struct listener {
+	struct front_listen l;
+	struct sockfile sf;
+	int fd;
 };
 
 struct loop {
-	int ep, ls, sfd;
+	int ep, sfd;
 	int kfd;		/* the keeper's connection (restart.c); -1 */
 	int reserve;		/* /dev/null, given up to accept-and-close */
-	bool short_of_fds;	/* since the last accept that worked */
-	unsigned long dropped;	/* connections closed for want of fds */
-	uint64_t backoff_until_ms; /* listening socket left alone until */
+	const struct front *front;
+	struct listener *ls[LISTEN_MAX];
+	unsigned int nr_ls;
+	bool short_of_fds;	/* a shortage is under way (logged) */
+	unsigned long dropped;	/* connections it closed at once */
+	uint64_t last_short_ms;	/* its last failed accept() */
+	uint64_t backoff_until_ms; /* listening sockets left alone until */
 	unsigned int nr_refusing;
 	struct conn list;	/* head: by deadline, the first expires first */
-	char *buf;		/* PROTO_MAX_MSG: one message */
 };
 
-/* Every connection's deadline is now + the same time, so appending keeps
- * the list sorted. Rounded up to the next millisecond: a connection gets
- * at least its time, never up to a millisecond less. */
-static void conn_queue(struct loop *l, struct conn *c, uint64_t ms)
+/* epoll tags of the loop's own descriptors; a listener has itself. */
+static char tag_sig, tag_keeper, tag_news;
+
+static struct loop the_loop = { .ep = -1, .reserve = -1, .kfd = -1,
+				.sfd = -1 };
+
+static unsigned int conn_deadline(const struct conn *c)
 {
+	unsigned int ms = c->ops->deadline_ms ? c->ops->deadline_ms() : 0;
+
+	return ms ? ms : dopts.handshake_ms;
+}
+
+/* (Re)queue @c with its deadline: now + its kind's time, rounded up to
+ * the next millisecond (it gets at least its time). Kinds differ in
+ * time, so it is inserted sorted, from the end. */
+static void conn_queue(struct loop *l, struct conn *c)
+{
+	struct conn *at;
+
 	if (c->next) {
 		c->prev->next = c->next;
 		c->next->prev = c->prev;
 	}
-	c->deadline_ms = (now_ns() + 999999) / 1000000 + ms;
-	c->prev = l->list.prev;
-	c->next = &l->list;
-	l->list.prev->next = c;
-	l->list.prev = c;
+	c->deadline_ms = (now_ns() + 999999) / 1000000 + conn_deadline(c);
+	for (at = l->list.prev;
+	     at != &l->list && at->deadline_ms > c->deadline_ms; at = at->prev)
+		;
+	c->prev = at;
+	c->next = at->next;
+	at->next->prev = c;
+	at->next = c;
 }
 
-/* Forget @c; its socket too, unless @keep_sock: then a session owns it,
- * out of the loop's epoll set already (conn_register()). */
-static void conn_close(struct loop *l, struct conn *c, bool keep_sock)
+static void conn_free(struct conn *c)
 {
-	c->prev->next = c->next;
-	c->next->prev = c->prev;
-	if (!keep_sock) {
-		epoll_ctl(l->ep, EPOLL_CTL_DEL, c->sock, NULL);
+	if (c->ops->release)
+		c->ops->release(c);
+	if (c->sock >= 0)
 		close(c->sock);
-	}
-	if (c->state == CONN_REFUSE)
-		l->nr_refusing--;
-	if (c->counted)
-		limit_give(c->uid, false);
 	peer_release(&c->peer);
 	free(c);
 }
 
-/* Answer the HELLO that comes with @err, then close; or close now if too
- * many refusals wait already. */
+/* Take @c off the loop: its socket out of the epoll set, its counts. */
+static void conn_unlink(struct loop *l, struct conn *c)
+{
+	c->prev->next = c->next;
+	c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+	epoll_ctl(l->ep, EPOLL_CTL_DEL, c->sock, NULL);
+	if (c->refusing)
+		l->nr_refusing--;
+	if (c->counted)
+		limit_give(c->uid, false);
+	c->refusing = c->counted = false;
+}
+
+static void conn_close(struct loop *l, struct conn *c)
+{
+	conn_unlink(l, c);
+	conn_free(c);
+}
+
+/*
+ * Refuse @c as its protocol does: it waits for its peer (at most
+ * REFUSING_MAX such), or goes at once.
+ */
 static void conn_refuse(struct loop *l, struct conn *c, int err,
 			const char *why)
 {
-	dlog(LOG_DEBUG, "connection of pid %d, uid %u: refused: %s", (int)c->peer.pid,
-	     (unsigned int)c->peer.uid, why);
+	dlog(LOG_DEBUG, "%s connection of pid %d, uid %u: refused: %s",
+	     c->ops->name, (int)c->peer.pid, (unsigned int)c->uid, why);
 	if (c->counted) {
 		limit_give(c->uid, false);
 		c->counted = false;
 	}
-	if (l->nr_refusing >= REFUSING_MAX) {
-		conn_close(l, c, false);
+	if (c->refusing || l->nr_refusing >= REFUSING_MAX ||
+	    c->ops->refuse(c, err, why) != CONN_WAIT) {
+		conn_close(l, c);
 		return;
 	}
-	peer_release(&c->peer);
-	c->state = CONN_REFUSE;
-	c->err = err;
-	c->why = why;
+	c->refusing = true;
 	l->nr_refusing++;
-	conn_queue(l, c, dopts.handshake_ms);
+	conn_queue(l, c);
 }
 
-/* A new connection: who, whether it may, what it owes first. */
-static void conn_new(struct loop *l, int sock)
+/* ------------------------------------------------------------------------
+ * Serving a connection whose handshake is whole.
+ */
+
+static void *serve_main(void *arg)
+{
+	struct conn *c = arg;
+	uid_t uid = c->uid;
+	bool session = c->ops->session;
+
+	c->ops->serve(c);
+	conn_free(c);
+	if (session)
+		limit_give(uid, true);
+	return NULL;
+}
+
+/* Hand @c to a thread of its own, if its user may have another session;
+ * a LISTEN_ONCE listener @li then goes. */
+static void conn_serve(struct loop *l, struct conn *c)
+{
+	const char *why = "cannot start a thread";
+	int ret = c->ops->session ? limit_take(c->uid, true, &why) : 0;
+
+	conn_unlink(l, c);
+	if (!ret) {
+		/* The session waits in poll(), then reads and sends on a
+		 * blocking socket. */
+		fcntl(c->sock, F_SETFL, fcntl(c->sock, F_GETFL) & ~O_NONBLOCK);
+		ret = daemon_thread_start(serve_main, c, "faultd-session");
+		if (!ret)
+			return;
+		why = "cannot start a thread";
+		if (c->ops->session)
+			limit_give(c->uid, true);
+	}
+	c->ops->refuse(c, ret, why);
+	conn_free(c);
+}
+
+static void listener_close(struct loop *l, unsigned int i, bool served,
+			   bool keep_kept);
+
+/* What the front end says of @c, done. */
+static void conn_next(struct loop *l, struct conn *c, enum conn_next next,
+		      struct listener *once)
+{
+	switch (next) {
+	case CONN_WAIT:
+		return;
+	case CONN_NEXT:
+		conn_queue(l, c);
+		return;
+	case CONN_SERVE:
+		conn_serve(l, c);
+		break;
+	case CONN_CLOSE:
+		conn_close(l, c);
+		return;
+	}
+	for (unsigned int i = 0; once && i < l->nr_ls; i++)
+		if (l->ls[i] == once)
+			listener_close(l, i, true, false);
+}
+
+/* The LISTEN_ONCE listener @c came through, if any (still open). */
+static struct listener *conn_once(struct loop *l, const struct conn *c)
+{
+	for (unsigned int i = 0; i < l->nr_ls; i++)
+		if ((l->ls[i]->l.flags & LISTEN_ONCE) &&
+		    l->ls[i]->l.arg == c->listen_arg &&
+		    l->ls[i]->l.ops == c->ops)
+			return l->ls[i];
+	return NULL;
+}
+
+/* A new connection on listener @li: who, whether it may, what it owes. */
+static void conn_new(struct loop *l, struct listener *li, int sock)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
@@ -273,205 +344,90 @@ static void conn_new(struct loop *l, int sock)
 		close(sock);
 		return;
 	}
-	c->sock = sock;
+	*c = (struct conn){ .sock = sock, .ops = li->l.ops,
+			    .listen_arg = li->l.arg,
+			    .status_only = li->l.flags & LISTEN_STATUS };
 	peer_init(&c->peer);
-	c->prev = c->next = c;
-	conn_queue(l, c, dopts.handshake_ms);
+	conn_queue(l, c);
 	ret = peer_cred(sock, &c->peer);
+	c->uid = c->peer.uid;
 	if (ret)
 		why = "cannot identify the client";
-	else if (geteuid() != 0 && c->peer.uid != geteuid())
-		ret = -EACCES;
 	if (!ret)
-		ret = limit_take(c->peer.uid, false, &why);
-	c->uid = c->peer.uid;
+		ret = limit_take(c->uid, false, &why);
 	c->counted = !ret && c->uid;
-	if (!ret)
-		ret = peer_bind(sock, &c->peer, &why);
+	if (!ret && c->ops->admit)
+		ret = c->ops->admit(c, &why);
 	if (ret)
 		conn_refuse(l, c, ret, why);
 }
 
-static int hello_reply(int sock, const struct proto_hello *h)
-{
-	struct proto_hello reply = { .min_version = PROTO_VERSION,
-				     .max_version = PROTO_VERSION,
-				     .features = PROTO_FEATURES };
+static int listener_take(struct loop *l, struct front_listen *fl);
 
-	if (h->h.type != MSG_HELLO) {
-		proto_error_send(sock, -EPROTO, "expected HELLO first");
-		return -EPROTO;
-	}
-	if (h->min_version > PROTO_VERSION || h->max_version < PROTO_VERSION) {
-		proto_error_send(sock, -EPROTONOSUPPORT,
-				 "this daemon speaks protocol version %u only",
-				 PROTO_VERSION);
-		return -EPROTONOSUPPORT;
-	}
-	proto_init(&reply.h, MSG_HELLO, sizeof(reply));
-	return proto_send(sock, &reply, NULL, 0);
-}
-
-/*
- * A REGISTER with its descriptors (@nfds, as its flags say): take a
- * session, hand the connection to a thread of its own. The connection
- * leaves the loop either way.
- */
-static void conn_register(struct loop *l, struct conn *c, size_t len,
-			  int *fds, unsigned int nfds)
-{
-	struct registration *g = calloc(1, sizeof(*g));
-	const char *why = "out of memory";
-	int ret = g ? 0 : -ENOMEM;
-
-	if (g) {
-		*g = (struct registration){ .sock = c->sock,
-					    .fds = { -1, -1, -1, -1 },
-					    .peer = c->peer };
-		memcpy(g->fds, fds, nfds * sizeof(*fds));
-		peer_init(&c->peer); /* g has it now */
-		g->m = malloc(len);
-		ret = g->m ? 0 : -ENOMEM;
-	}
-	if (!ret) {
-		memcpy(g->m, l->buf, len);
-		ret = limit_take(g->peer.uid, true, &why);
-	}
-	if (!ret) {
-		/* The session's code waits in poll(), then reads and sends
-		 * on a blocking socket. */
-		fcntl(g->sock, F_SETFL, fcntl(g->sock, F_GETFL) & ~O_NONBLOCK);
-		/* Out of the loop before the session may close it. */
-		epoll_ctl(l->ep, EPOLL_CTL_DEL, g->sock, NULL);
-		ret = daemon_thread_start(session_main, g, "faultd-session");
-		why = "cannot start a thread";
-		if (ret)
-			limit_give(g->peer.uid, true);
-	}
-	if (ret) {
-		proto_error_send(c->sock, ret, "%s", why);
-		if (g) {
-			g->sock = -1; /* conn_close() closes it */
-			registration_free(g);
-		} else {
-			for (unsigned int i = 0; i < nfds; i++)
-				close(fds[i]);
-		}
-	}
-	conn_close(l, c, !ret);
-}
-
-/* What the connection owes came (or its end, or garbage). */
+/* @c is readable, or hung up. */
 static void conn_input(struct loop *l, struct conn *c)
 {
-	const struct proto_hdr *h = (const void *)l->buf;
-	const char *why;
-	unsigned int nfds = 0;
-	int fds[PROTO_REG_MAX_FDS];
-	ssize_t n = proto_recv_checked(c->sock, l->buf, PROTO_MAX_MSG, fds,
-				       PROTO_REG_MAX_FDS, &nfds, &why);
+	struct listener *once = conn_once(l, c);
+	enum conn_next next = c->ops->input(c);
+	struct front_listen *add = c->add;
 
-	if (n == -EAGAIN)
-		return;
-	if (c->state == CONN_REFUSE || n < 0) {
-		if (c->state == CONN_REFUSE)
-			proto_error_send(c->sock, c->err, "%s", c->why);
-		else if (why)
-			proto_error_send(c->sock, (int)n, "%s", why);
-		for (unsigned int i = 0; i < nfds; i++)
-			close(fds[i]);
-		conn_close(l, c, false);
-		return;
-	}
-	if (h->type == MSG_REGISTER && dopts.status_only) {
-		for (unsigned int i = 0; i < nfds; i++)
-			close(fds[i]);
-		proto_error_send(c->sock, -EOPNOTSUPP, "this socket answers "
-				 "STATUS only (faultd lazy-pages)");
-		conn_close(l, c, false);
-		return;
-	}
-	if (h->type == MSG_REGISTER && c->state == CONN_REQUEST &&
-	    nfds == proto_register_nfds(((const struct proto_register *)h)
-						->flags)) {
-		conn_register(l, c, (size_t)n, fds, nfds);
-		return;
-	}
-	for (unsigned int i = 0; i < nfds; i++)
-		close(fds[i]);
-	if (c->state == CONN_HELLO) {
-		if (hello_reply(c->sock, (const void *)h) < 0) {
-			conn_close(l, c, false); /* c is freed */
-			return;
-		}
-		c->state = CONN_REQUEST;
-		conn_queue(l, c, dopts.handshake_ms);
-		return;
-	}
-	if (h->type == MSG_STATUS)
-		fdp_status(c->sock, c->peer.uid);
-	else if (h->type == MSG_LAZY_PAGES && !dopts.status_only)
-		lazy_daemon_asked(c->sock, &c->peer, (const void *)h);
-	else
-		proto_error_send(c->sock, -EPROTO, h->type == MSG_REGISTER
-			? "REGISTER needs its descriptors: uffd, image, and "
-			  "the working-set files its flags name"
-			: h->type == MSG_LAZY_PAGES
-			? "this socket answers STATUS only (faultd lazy-pages)"
-			: "expected REGISTER, STATUS or LAZY_PAGES");
-	conn_close(l, c, false);
+	c->add = NULL;
+	conn_next(l, c, next, once);
+	if (add)
+		listener_take(l, add);
 }
 
-/* Close the connections whose message is late; returns the ms until the
- * next deadline, or -1. */
+/* Close the connections whose time is up; returns the ms until the next
+ * deadline, or -1. */
 static int conn_expire(struct loop *l)
 {
 	uint64_t now = now_ms();
 
 	while (l->list.next != &l->list) {
 		struct conn *c = l->list.next;
+		struct listener *once;
 
 		if (c->deadline_ms > now)
 			return (int)(c->deadline_ms - now);
-		if (c->state == CONN_REFUSE)
-			proto_error_send(c->sock, c->err, "%s", c->why);
+		once = conn_once(l, c);
+		if (c->ops->late)
+			conn_next(l, c, c->ops->late(c), once);
+		else if (c->refusing)
+			conn_close(l, c);
 		else
-			proto_error_send(c->sock, -ETIMEDOUT,
-					 "no %s within %u ms",
-					 c->state == CONN_HELLO
-						 ? "HELLO"
-						 : "REGISTER or STATUS",
-					 dopts.handshake_ms);
-		conn_close(l, c, false);
+			conn_refuse(l, c, -ETIMEDOUT, "no handshake in time");
 	}
 	return -1;
 }
 
 /* ------------------------------------------------------------------------
- * Accepting.
+ * Listening and accepting.
  */
 
 static void listen_arm(struct loop *l, bool on)
 {
-	struct epoll_event ev = { .events = on ? EPOLLIN : 0,
-				  .data.ptr = &l->ls };
+	for (unsigned int i = 0; i < l->nr_ls; i++) {
+		struct epoll_event ev = { .events = on ? EPOLLIN : 0,
+					  .data.ptr = l->ls[i] };
 
-	epoll_ctl(l->ep, EPOLL_CTL_MOD, l->ls, &ev);
+		epoll_ctl(l->ep, EPOLL_CTL_MOD, l->ls[i]->fd, &ev);
+	}
 }
 
 /* Out of descriptors: accept the connection with the reserve's and close
- * it, then leave the listening socket alone for a while. */
-static void fd_shortage(struct loop *l)
+ * it, then leave the listening sockets alone for a while. */
+static void fd_shortage(struct loop *l, struct listener *li)
 {
 	int c;
 
 	if (!l->short_of_fds)
-		dlog(LOG_WARNING, "out of descriptors: new connections are closed at "
-			"once until some are free");
+		dlog(LOG_WARNING, "out of descriptors: new connections are "
+		     "closed at once until some are free");
 	l->short_of_fds = true;
+	l->last_short_ms = now_ms();
 	if (l->reserve >= 0)
 		close(l->reserve);
-	c = accept4(l->ls, NULL, NULL, SOCK_CLOEXEC);
+	c = accept4(li->fd, NULL, NULL, SOCK_CLOEXEC);
 	if (c >= 0) {
 		close(c);
 		l->dropped++;
@@ -481,49 +437,117 @@ static void fd_shortage(struct loop *l)
 	l->backoff_until_ms = now_ms() + BACKOFF_MS;
 }
 
-/* One connection per readiness: a passed listening socket may block. */
-static void accept_one(struct loop *l)
+/* A shortage with no failed accept() for SHORTAGE_QUIET_MS is over. */
+static void fd_shortage_end(struct loop *l)
 {
-	int c = accept4(l->ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (!l->short_of_fds || now_ms() < l->last_short_ms + SHORTAGE_QUIET_MS)
+		return;
+	dlog(LOG_WARNING, "descriptors are free again: %lu connections were "
+	     "closed meanwhile", l->dropped);
+	l->short_of_fds = false;
+	l->dropped = 0;
+}
+
+/* One connection per readiness: a passed listening socket may block. */
+static void accept_one(struct loop *l, struct listener *li)
+{
+	int c = accept4(li->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 	if (c < 0) {
 		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 		    errno == ENOMEM)
-			fd_shortage(l);
+			fd_shortage(l, li);
 		return;
 	}
-	if (l->short_of_fds) {
-		dlog(LOG_WARNING, "descriptors are free again: %lu connections were "
-			"closed meanwhile", l->dropped);
-		l->short_of_fds = false;
-		l->dropped = 0;
-	}
-	conn_new(l, c);
+	conn_new(l, li, c);
 }
 
-/* The time epoll_wait() may sleep: until the next deadline, or the end of
- * a back-off. */
+/* The time epoll_wait() may sleep: until the next deadline, the end of a
+ * back-off, or the time a shortage is over. */
 static int loop_timeout(struct loop *l)
 {
 	int t = conn_expire(l);
+	uint64_t now = now_ms(), until = 0;
 
-	if (l->backoff_until_ms) {
-		uint64_t now = now_ms();
-
-		if (now >= l->backoff_until_ms) {
-			l->backoff_until_ms = 0;
-			listen_arm(l, true);
-		} else if (t < 0 || l->backoff_until_ms - now < (uint64_t)t) {
-			t = (int)(l->backoff_until_ms - now);
-		}
+	fd_shortage_end(l);
+	if (l->backoff_until_ms && now >= l->backoff_until_ms) {
+		l->backoff_until_ms = 0;
+		listen_arm(l, true);
 	}
+	if (l->backoff_until_ms)
+		until = l->backoff_until_ms;
+	else if (l->short_of_fds)
+		until = l->last_short_ms + SHORTAGE_QUIET_MS;
+	if (until && (t < 0 || until - now < (uint64_t)t))
+		t = (int)(until > now ? until - now : 0);
 	return t;
 }
+
+/*
+ * Listener @li (filled but for fd and sf) listening: on its own socket,
+ * or on @fd (>= 0: the keeper's, whose file is ours to remove; or
+ * systemd's, @ours false, whose file is not). Returns 0 or -errno.
+ */
+static int listener_add(struct loop *l, struct listener *li, int fd,
+			bool ours)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = li };
+	unsigned int strict = li->l.flags & LISTEN_STRICT;
+	int ret;
+
+	if (l->nr_ls == LISTEN_MAX)
+		return -EBUSY;
+	if (li->l.fd >= 0) {
+		li->fd = li->l.fd; /* its sockfile came with it */
+		li->sf = li->l.sf;
+	} else if (fd >= 0) {
+		li->sf = (struct sockfile)SOCKFILE_INIT;
+		li->fd = fd;
+		if (ours)
+			sockfile_adopt(&li->sf, li->l.path);
+	} else if (strict) {
+		li->sf = (struct sockfile)SOCKFILE_INIT;
+		ret = sockfile_open(&li->sf, li->l.path, false);
+		li->fd = ret ? ret : sockfile_listen(&li->sf, li->l.type,
+						     0600, 16, 0);
+	} else {
+		li->sf = (struct sockfile)SOCKFILE_INIT;
+		li->fd = daemon_listen(&li->sf, li->l.path, li->l.type);
+	}
+	if (li->fd < 0)
+		return li->fd;
+	if (epoll_ctl(l->ep, EPOLL_CTL_ADD, li->fd, &ev) < 0)
+		return -errno;
+	l->ls[l->nr_ls++] = li;
+	return 0;
+}
+
+/* Close listener @i and remove its file, unless it is a LISTEN_KEEP one
+ * and @keep_kept (the keeper holds it for the next daemon). */
+static void listener_close(struct loop *l, unsigned int i, bool served,
+			   bool keep_kept)
+{
+	struct listener *li = l->ls[i];
+
+	epoll_ctl(l->ep, EPOLL_CTL_DEL, li->fd, NULL);
+	close(li->fd);
+	if (!(li->l.flags & LISTEN_KEEP) || !keep_kept)
+		sockfile_remove(&li->sf);
+	sockfile_close(&li->sf);
+	if (!served && li->l.drop)
+		li->l.drop(li->l.arg);
+	l->ls[i] = l->ls[--l->nr_ls];
+	free(li);
+}
+
+/* ------------------------------------------------------------------------
+ * The loop.
+ */
 
 /* Its hang-up says the keeper died (restart.c starts another). */
 static int watch_keeper(struct loop *l)
 {
-	struct epoll_event ev = { .events = 0, .data.ptr = &l->kfd };
+	struct epoll_event ev = { .events = 0, .data.ptr = &tag_keeper };
 
 	l->kfd = restart_fd();
 	if (l->kfd < 0)
@@ -531,85 +555,165 @@ static int watch_keeper(struct loop *l)
 	return epoll_ctl(l->ep, EPOLL_CTL_ADD, l->kfd, &ev) < 0 ? -errno : 0;
 }
 
-/* The loop's own descriptors, made before the daemon listens: once its
- * socket exists, the daemon holds all it holds when idle. */
-static struct loop the_loop = { .ep = -1, .reserve = -1, .kfd = -1 };
+/*
+ * conn_prepare() - the loop's own descriptors, made before the daemon
+ * listens: once its socket exists, the daemon holds all it holds when
+ * idle. @sfd: the signalfd of the signals the loop answers.
+ */
+int conn_prepare(const struct front *front, int sfd)
+{
+	struct loop *l = &the_loop;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &tag_sig };
 
-int conn_prepare(void)
+	struct epoll_event news = { .events = EPOLLIN, .data.ptr = &tag_news };
+
+	l->front = front;
+	l->sfd = sfd;
+	l->list.prev = l->list.next = &l->list;
+	l->ep = epoll_create1(EPOLL_CLOEXEC);
+	l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (l->ep < 0 || l->reserve < 0 ||
+	    epoll_ctl(l->ep, EPOLL_CTL_ADD, sfd, &ev) < 0 ||
+	    (front->news &&
+	     epoll_ctl(l->ep, EPOLL_CTL_ADD, front->news(), &news) < 0))
+		return -errno;
+	return 0;
+}
+
+/*
+ * conn_listen() - listen as @fl asks, on @fd if >= 0 (a socket the keeper
+ * passed, whose file is @ours, or systemd's). Context: the loop's
+ * thread. Returns the socket, or -errno (said by the caller).
+ */
+int conn_listen(const struct front_listen *fl, int fd, bool ours)
+{
+	struct listener *li = calloc(1, sizeof(*li));
+	int ret;
+
+	if (!li)
+		return -ENOMEM;
+	li->l = *fl;
+	li->l.fd = -1;
+	ret = listener_add(&the_loop, li, fd, ours);
+	if (ret) {
+		sockfile_close(&li->sf);
+		free(li);
+		return ret;
+	}
+	return li->fd;
+}
+
+/* A signal: SIGUSR1 ends the records under way (false); any other stops
+ * the loop (true). */
+static bool on_signal(struct loop *l)
+{
+	struct signalfd_siginfo si;
+
+	if (read(l->sfd, &si, sizeof(si)) != sizeof(si) ||
+	    si.ssi_signo != SIGUSR1)
+		return true;
+	dlog(LOG_INFO, "SIGUSR1: the working sets recorded so far are written");
+	sessions_record_end_all();
+	return false;
+}
+
+static bool loop_event(struct loop *l, const struct epoll_event *ev)
+{
+	void *p = ev->data.ptr;
+
+	if (p == &tag_sig)
+		return on_signal(l);
+	if (p == &tag_news) {
+		uint64_t v;
+
+		(void)!read(l->front->news(), &v, sizeof(v));
+		return false;
+	}
+	if (p == &tag_keeper) {
+		epoll_ctl(l->ep, EPOLL_CTL_DEL, l->kfd, NULL);
+		restart_keeper_lost();
+		watch_keeper(l);
+		return false;
+	}
+	for (unsigned int i = 0; i < l->nr_ls; i++)
+		if (p == l->ls[i]) {
+			accept_one(l, p);
+			return false;
+		}
+	conn_input(l, p);
+	return false;
+}
+
+/*
+ * conn_loop() - serve until a signal stops it (true) or the front end's
+ * work is done (false), or -errno if epoll fails.
+ */
+int conn_loop(void)
+{
+	struct loop *l = &the_loop;
+	struct epoll_event ev[64];
+	int ret = watch_keeper(l);
+
+	while (!ret) {
+		int n = epoll_wait(l->ep, ev, 64, loop_timeout(l));
+		bool stop = false;
+
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; i < n && !stop; i++)
+			stop = loop_event(l, &ev[i]);
+		if (stop)
+			return 1;
+		if (l->front->done && l->front->done())
+			return 0;
+	}
+	return ret;
+}
+
+/*
+ * A socket a front end's answer listens on (LISTEN_ONCE): into the loop,
+ * or, when the loop has no room, closed, its file removed and its arg
+ * dropped. Returns 0 or -errno.
+ */
+static int listener_take(struct loop *l, struct front_listen *fl)
+{
+	struct listener *li = calloc(1, sizeof(*li));
+	int ret = li ? 0 : -ENOMEM;
+
+	if (li) {
+		li->l = *fl;
+		ret = listener_add(l, li, -1, true);
+	}
+	if (ret) {
+		dlog(LOG_WARNING, "%s: cannot listen there too: %s", fl->path,
+		     strerror(-ret));
+		if (fl->fd >= 0)
+			close(fl->fd);
+		sockfile_remove(&fl->sf);
+		sockfile_close(&fl->sf);
+		if (fl->drop)
+			fl->drop(fl->arg);
+		free(li);
+	}
+	free(fl);
+	return ret;
+}
+
+/*
+ * conn_fini() - the loop ends: its connections and listeners go, and
+ * their files, but the LISTEN_KEEP ones' when @keep_kept (the keeper
+ * holds them for the next daemon).
+ */
+void conn_fini(bool keep_kept)
 {
 	struct loop *l = &the_loop;
 
-	if (l->buf)
-		return 0;
-	l->list.prev = l->list.next = &l->list;
-	l->buf = malloc(PROTO_MAX_MSG);
-	l->ep = epoll_create1(EPOLL_CLOEXEC);
-	l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	return l->buf && l->ep >= 0 && l->reserve >= 0 ? 0 : -errno;
-}
-
-static int loop_init(struct loop *l, int ls, int sfd)
-{
-	struct epoll_event ev = { .events = EPOLLIN };
-	int ret = conn_prepare();
-
-	if (ret)
-		return ret;
-	l->ls = ls;
-	l->sfd = sfd;
-	ev.data.ptr = &l->ls;
-	if (epoll_ctl(l->ep, EPOLL_CTL_ADD, ls, &ev) < 0)
-		return -errno;
-	ev.data.ptr = &l->sfd;
-	if (epoll_ctl(l->ep, EPOLL_CTL_ADD, sfd, &ev) < 0)
-		return -errno;
-	return watch_keeper(l);
-}
-
-static void loop_fini(struct loop *l)
-{
 	while (l->list.next && l->list.next != &l->list)
-		conn_close(l, l->list.next, false);
+		conn_close(l, l->list.next);
+	while (l->nr_ls)
+		listener_close(l, l->nr_ls - 1, false, keep_kept);
 	if (l->reserve >= 0)
 		close(l->reserve);
 	if (l->ep >= 0)
 		close(l->ep);
-	free(l->buf);
-}
-
-/*
- * conn_loop() - serve connections on @ls until @sfd (the signalfd of
- * SIGTERM and SIGINT) is readable. Returns 0, or -errno if it cannot
- * start.
- */
-int conn_loop(int ls, int sfd)
-{
-	struct epoll_event ev[64];
-	struct loop *l = &the_loop;
-	int ret = loop_init(l, ls, sfd);
-
-	while (!ret) {
-		int n = epoll_wait(l->ep, ev, ARRAY_SIZE(ev), loop_timeout(l));
-		bool stop = false;
-
-		if (n < 0 && errno != EINTR)
-			ret = -errno;
-		for (int i = 0; i < n; i++) {
-			if (ev[i].data.ptr == &l->sfd) {
-				stop = true;
-			} else if (ev[i].data.ptr == &l->kfd) {
-				epoll_ctl(l->ep, EPOLL_CTL_DEL, l->kfd, NULL);
-				restart_keeper_lost();
-				watch_keeper(l);
-			} else if (ev[i].data.ptr == &l->ls) {
-				accept_one(l);
-			} else {
-				conn_input(l, ev[i].data.ptr);
-			}
-		}
-		if (stop)
-			break;
-	}
-	loop_fini(l);
-	return ret;
 }

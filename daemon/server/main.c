@@ -1,53 +1,39 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * main.c - faultd, the daemon: serves the page faults of restored processes from
- * their checkpoint images.
+ * main.c - faultd: serves the page faults of restored processes and guests
+ * (faultd(8)).
  *
- *   faultd [--socket PATH] [--max-sessions N] [--max-user-sessions N]
- *          [--max-connections N] [--max-user-connections N]
- *          [--handshake-timeout MS] [-v] [-v]
- *   faultd working-set show FILE | merge -o OUT [--min-count K] A B ...
+ *   faultd [OPTIONS]                  the faultd protocol's daemon
+ *   faultd lazy-pages ...             CRIU's lazy-pages daemon
+ *   faultd firecracker ...            Firecracker's page-fault handler
+ *   faultd working-set show|merge ... working-set files (tools/)
+ *   faultd keeper ...                 what keeps sessions across restarts
  *
- * It listens on a SOCK_SEQPACKET Unix socket (PATH, or the one systemd
- * passes with socket activation, or $XDG_RUNTIME_DIR/faultd.sock, else
- * /run/faultd/faultd.sock). One loop reads every connection's HELLO and
- * REGISTER (a session, see session.c) or STATUS (for faultctl), within
- * the limits (conn.c). A client is identified by SO_PEERCRED; a daemon
- * not run as root serves only its own user. Anything malformed gets an
- * ERROR saying what, and the connection is closed; the daemon carries
- * on. SIGTERM or SIGINT ends the sessions (their clients serve themselves
- * from then on) and the daemon.
- */
+ * Every command but the last two is one front end (fronts/front.h) run by
+ * the same server: its options and the server's (opts.c), what it serves
+ * opened (its start()), the keeper attached and what it held adopted
+ * (restart.c), its sockets listening (the main one may be systemd's, or
+ * the one the keeper kept), the one loop (conn.c) until the front end's
+ * work is done or SIGTERM/SIGINT stops it; then every session stopped -
+ * those nobody else can serve left kept for the next faultd - and their
+ * threads joined. SIGUSR1 ends the working-set records under way.
+  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
 
-#include "lazy_pages.h"
 #include "server.h"
-#include "sockfile.h"
 #include "tools.h"
-
-
-
-
-/* ------------------------------------------------------------------------
- * Listening.
- */
 
 /*
  * The socket systemd passed (LISTEN_PID and LISTEN_FDS, as sd_listen_fds(3)
@@ -88,24 +74,6 @@ static const char *socket_path(int ls, char *buf, size_t len)
 	return buf;
 }
 
-
-
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: faultd [--socket PATH] [--max-sessions N] "
-		   "[--max-user-sessions N]\n"
-		   "              [--max-connections N] "
-		   "[--max-user-connections N]\n"
-		   "              [--handshake-timeout MS] [--keeper-grace S] "
-		   "[--no-keeper] [--fd-store] [-v]...\n"
-		   "       faultd lazy-pages -D DIR [-W WORKDIR] ... "
-		   "(faultd lazy-pages --help)\n"
-		   "       faultd firecracker --socket PATH --mem-file FILE "
-		   "[--prefetch] [--allow-uid UID]...\n"
-		   "       faultd keeper --socket PATH --grace SECONDS\n");
-}
-
 /* `faultd keeper`: started by faultd itself (keep.c). */
 static int keeper_cmd(int argc, char **argv)
 {
@@ -119,159 +87,165 @@ static int keeper_cmd(int argc, char **argv)
 			grace = daemon_parse_uint("grace", argv[i + 1], 0, 86400);
 	}
 	if (!sock) {
-		usage(stderr);
+		server_usage(stderr);
 		return 2;
 	}
 	return keeper_main(sock, grace);
 }
 
-#define MAX_LIMIT 1000000
-
-static int parse(int argc, char **argv)
+/* The signals the loop answers, to a descriptor: threads never see them. */
+static int signals(void)
 {
-	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "max-sessions", required_argument, NULL, 'm' },
-		{ "max-user-sessions", required_argument, NULL, 'u' },
-		{ "max-connections", required_argument, NULL, 'c' },
-		{ "max-user-connections", required_argument, NULL, 'C' },
-		{ "handshake-timeout", required_argument, NULL, 't' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "keeper-grace", required_argument, NULL, 'g' },
-		{ "no-keeper", no_argument, NULL, 'K' },
-		{ "fd-store", no_argument, NULL, 'F' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct daemon_opts *o = &dopts;
-	int c;
+	sigset_t set;
 
-	while ((c = getopt_long(argc, argv, "s:m:vh", longopts, NULL)) != -1) {
-		unsigned int *limit = NULL, max = MAX_LIMIT;
-		int i;
-
-		switch (c) {
-		case 's': o->socket = optarg; continue;
-		case 'm': limit = &o->max_sessions; break;
-		case 'u': limit = &o->max_user_sessions; break;
-		case 'c': limit = &o->max_conns; break;
-		case 'C': limit = &o->max_user_conns; break;
-		case 't': limit = &o->handshake_ms; max = 3600000; break;
-		case 'g': limit = &o->keeper_grace_s; max = 86400; break;
-		case 'v': o->verbose++; continue;
-		case 'K': o->no_keeper = true; continue;
-		case 'F': o->fd_store = true; continue;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -1;
-		}
-		for (i = 0; longopts[i].val != c; i++)
-			;
-		*limit = daemon_parse_uint(longopts[i].name, optarg, 1, max);
-	}
-	/* By default one user may take a quarter of the sessions. */
-	if (!o->max_user_sessions)
-		o->max_user_sessions = o->max_sessions / 4 ? o->max_sessions / 4 : 1;
-	return optind == argc ? 0 : -1;
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	return signalfd(-1, &set, SFD_CLOEXEC);
 }
 
-/* Attach to the keeper (or store): sessions adopted, socket perhaps. */
-static int keep_begin(void)
+/*
+ * The main socket's path and descriptor: systemd's (LISTEN_FDS), whose
+ * path it is bound to is the keeper's name, when the front end may take
+ * one; else its own path, or the default one. *fd: systemd's, or -1.
+ * Returns 0, or -1 (said). $LISTEN_FDS stays for the fd store.
+ */
+static int main_socket(struct front_start *st, int *fd)
 {
-	struct keep_opts ko = { .socket = dopts.socket,
+	struct front_listen *l = &st->listen[0];
+	int ls = st->activated ? activated_socket() : 0;
+
+	*fd = -1;
+	if (ls < 0) {
+		fprintf(stderr, "faultd: the passed socket (LISTEN_FDS) must be "
+			"one listening SOCK_SEQPACKET socket\n");
+		return -1;
+	}
+	if (ls > 0)
+		*fd = ls;
+	if (!l->path[0] && ls > 0)
+		socket_path(ls, l->path, sizeof(l->path));
+	if (!l->path[0] && !proto_default_socket(l->path, sizeof(l->path))) {
+		fprintf(stderr, "faultd: no socket path: %s\n",
+			strerror(ENAMETOOLONG));
+		return -1;
+	}
+	return 0;
+}
+
+/* Why the front end's socket @l cannot listen (@err). */
+static void listen_failed(const struct front_listen *l, int err)
+{
+	if (err == -EADDRINUSE)
+		dlog(LOG_WARNING, "%s: somebody listens there already: "
+		     "refused", l->path);
+	else if (err == -EEXIST && (l->flags & LISTEN_STRICT))
+		dlog(LOG_WARNING, "%s exists and is not a socket of this "
+		     "user: refused", l->path);
+	else if (err == -EEXIST)
+		dlog(LOG_WARNING, "%s is a folder: refused", l->path);
+	fprintf(stderr, "faultd: %s: %s\n", l->path, strerror(-err));
+}
+
+/*
+ * The keeper (or systemd's store) attached, the sessions it held adopted,
+ * and the front end's sockets listening: the main one on systemd's
+ * socket (@fd), the keeper's, or its own. Returns 0, or -1 (said).
+ */
+static int serve_start(struct front_start *st, int fd)
+{
+	struct keep_opts ko = { .socket = st->listen[0].path,
 				.grace_s = dopts.keeper_grace_s,
 				.fd_store = dopts.fd_store };
+	int kept = dopts.no_keeper ? -1 : restart_begin(&ko);
+	bool adopted;
 
-	if (dopts.no_keeper)
+	/* Read by activated_socket() and the fd store: nothing the daemon
+	 * starts inherits them. */
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (kept < -1)
 		return -1;
-	fe_kind_register(&fdp_kind);
-	criu_front_init(NULL); /* restores asked for with faultctl */
-	return restart_begin(&ko);
+	adopted = restart_adopted() > 0;
+	for (unsigned int i = 0; i < st->nr; i++) {
+		const struct front_listen *l = &st->listen[i];
+		bool mine = fd < 0 || i;
+		int use = i ? -1 : fd >= 0 ? fd : kept;
+		int ls;
+
+		if ((l->flags & LISTEN_UNLESS_ADOPTED) && adopted)
+			continue;
+		ls = conn_listen(l, use, mine);
+		if (ls < 0) {
+			listen_failed(l, ls);
+			return -1;
+		}
+		if (!i && (l->flags & LISTEN_KEEP) && use < 0)
+			restart_keep_listen(ls);
+		dlog(LOG_INFO, "listening on %s", mine ? l->path
+						      : "an activated socket");
+	}
+	return 0;
 }
 
-
-int main(int argc, char **argv)
+/*
+ * faultd's main, for the front end @front: its options, what it serves,
+ * the keeper, its sockets, the loop until it is done or a signal stops
+ * it, then its sessions stopped (left kept for the next daemon where
+ * nobody else serves them) and their threads joined.
+ */
+static int serve(const struct front *front, int argc, char **argv)
 {
-	char def[108];
-	sigset_t stop;
-	struct sockfile sf = SOCKFILE_INIT;
-	int ls, sfd, ret;
-	bool own;
+	struct front_start st = { .exit_now = -1 };
+	int sfd, fd = -1, ret = server_opts(front, argc, argv);
 
-	if (argc > 1 && !strcmp(argv[1], "keeper"))
-		return keeper_cmd(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "lazy-pages")) {
-		daemon_std_fds();
-		daemon_raise_nofile();
-		return lazy_pages_main(argc - 1, argv + 1);
-	}
-	if (argc > 1 && !strcmp(argv[1], "working-set"))
-		return wset_cmd(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "firecracker"))
-		return fc_main(argc - 1, argv + 1);
-	if (parse(argc, argv) < 0)
-		return 2;
+	if (ret)
+		return ret;
 	log_set_verbosity(dopts.verbose);
 	daemon_std_fds();
 	daemon_raise_nofile();
 	daemon_started_ms = now_ms();
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &stop, NULL);
-	sfd = signalfd(-1, &stop, SFD_CLOEXEC);
-	if (sfd < 0 || conn_prepare() < 0) {
+	sfd = signals();
+	ret = front->start(&st);
+	if (ret || st.exit_now >= 0)
+		return ret == -2 ? 2 : ret ? 1 : st.exit_now;
+	if (sfd < 0 || conn_prepare(front, sfd) < 0) {
 		fprintf(stderr, "faultd: cannot start: %s\n", strerror(errno));
 		return 1;
 	}
-	ls = activated_socket();
-	if (ls < 0) {
-		fprintf(stderr, "faultd: the passed socket (LISTEN_FDS) must be "
-			"one listening SOCK_SEQPACKET socket\n");
+	if (main_socket(&st, &fd) || serve_start(&st, fd))
 		return 1;
-	}
-	own = ls == 0;
-	if (!own && !dopts.socket)
-		dopts.socket = socket_path(ls, def, sizeof(def));
-	if (!dopts.socket)
-		dopts.socket = proto_default_socket(def, sizeof(def));
-	if (!dopts.socket) {
-		fprintf(stderr, "faultd: no socket path: %s\n",
-			strerror(ENAMETOOLONG));
-		return 1;
-	}
-	if (own) {
-		int kept = keep_begin();
-
-		if (kept < -1)
-			return 1;
-		if (kept >= 0)
-			sockfile_adopt(&sf, dopts.socket);
-		ls = kept >= 0 ? kept
-			       : daemon_listen(&sf, dopts.socket, SOCK_SEQPACKET);
-		if (ls >= 0 && kept < 0)
-			restart_keep_listen(ls);
-	} else if (keep_begin() < -1) {
-		return 1;
-	}
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	if (ls < 0) {
-		fprintf(stderr, "faultd: %s: %s\n", dopts.socket, strerror(-ls));
-		return 1;
-	}
-	dlog(LOG_INFO, "listening on %s", own ? dopts.socket : "an activated socket");
-	ret = conn_loop(ls, sfd);
+	if (front->ready)
+		front->ready();
+	ret = conn_loop();
 	if (ret < 0)
 		fprintf(stderr, "faultd: cannot serve: %s\n", strerror(-ret));
 	dlog(LOG_INFO, "stopping");
-	lazy_daemon_stop();
+	if (ret == 1 && front->stop)
+		front->stop();
 	sessions_stop_all();
 	daemon_threads_wait(THREADS_WAIT_MS);
-	if (restart_end())
-		sockfile_remove(&sf);
-	sockfile_close(&sf);
-	close(ls);
-	return ret < 0 ? 1 : 0;
+	conn_fini(!restart_end());
+	return front->finish ? front->finish(ret == 1) : ret < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
+	const struct front *front;
+
+	if (cmd && !strcmp(cmd, "keeper"))
+		return keeper_cmd(argc - 1, argv + 1);
+	if (cmd && !strcmp(cmd, "working-set"))
+		return wset_cmd(argc - 1, argv + 1);
+	front = front_by_command(cmd);
+	if (!front) {
+		server_usage(stderr);
+		return 2;
+	}
+	return cmd ? serve(front, argc - 1, argv + 1) : serve(front, argc, argv);
 }

@@ -16,6 +16,7 @@
 #define STOP_WAIT_MS 5000
 
 static int kept_listen = -1;
+static unsigned int nr_adopted;	/* sessions adopted at the start */
 
 static void *adopted_main(void *arg)
 {
@@ -42,8 +43,9 @@ static void on_entry(void *arg, struct keep_entry *e)
 				close(e->fds[i]);
 		return;
 	}
-	if (session_adopt_entry(e, &s))
+	if (session_adopt_entry(e, front_session_ops, &s))
 		return;
+	nr_adopted++;
 	if (daemon_thread_start(adopted_main, s, "faultd-adopt") < 0) {
 		dlog(LOG_WARNING, "%s: cannot start a thread for it", s->o.name);
 		session_free(s);
@@ -133,4 +135,10 @@ bool restart_end(void)
 	}
 	keep_close(daemon_keep, true);
 	return true;
+}
+
+/* restart_adopted() - how many sessions restart_begin() adopted. */
+unsigned int restart_adopted(void)
+{
+	return nr_adopted;
 }
