@@ -543,6 +543,49 @@ Test(attacks, out_of_descriptors_does_not_spin)
 	close(err);
 }
 
+/* How many lines of @log say @what. */
+static int lines_saying(const char *log, const char *what)
+{
+	int n = 0;
+
+	for (const char *p = log; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+/*
+ * A flood that keeps the daemon out of descriptors for seconds used to be
+ * logged at every back-off (590 lines in 30 s): it is one shortage, said
+ * once, and its end once.
+ */
+Test(attacks, out_of_descriptors_is_said_once_per_flood)
+{
+	enum { CONNS = 80 };
+	int err, s[CONNS];
+	pid_t pid = daemon_run(sock, NULL, NULL, 40, &err, NULL);
+	uint64_t t0 = test_now_ns();
+	char log[8192];
+
+	cr_assert(pid > 0);
+	/* Rounds of connections that fill the backlog and go, for 2 s:
+	 * the daemon runs short again and again. */
+	while (test_now_ns() - t0 < 2000000000ull) {
+		for (int i = 0; i < CONNS; i++)
+			s[i] = proto_connect(sock);
+		poll(NULL, 0, 20);
+		for (int i = 0; i < CONNS; i++)
+			if (s[i] >= 0)
+				close(s[i]);
+	}
+	cr_assert(log_wait(err, "descriptors are free again", log,
+			   sizeof(log)), "no end of the shortage: %s", log);
+	cr_assert_eq(lines_saying(log, "out of descriptors"), 1, "%s", log);
+	cr_assert_eq(lines_saying(log, "descriptors are free again"), 1,
+		     "%s", log);
+	test_daemon_kill(pid, SIGTERM);
+	close(err);
+}
+
 /* ------------------------------------------------------------------------
  * Idle connections: each used to get a thread, without a cap.
  */

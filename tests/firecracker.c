@@ -784,6 +784,60 @@ Test(refuse, uid_not_allowed)
 	refused_then_served(&d, "not allowed");
 }
 
+/*
+ * An allowed user holding 64 idle connections used to take every
+ * handshake slot there was (64, a thread each): every other VM was
+ * refused and waited for ever. A user's handshakes are now its own to
+ * use up (--max-user-connections): the next VM is served.
+ */
+Test(refuse, idle_user_keeps_no_vm_out)
+{
+	const char *const extra[] = { "--allow-uid", "65534", NULL };
+	int go[2], ready[2], status;
+	struct fcd d;
+	pid_t pid;
+	char c;
+
+	if (geteuid())
+		cr_skip_test("needs root, to connect as another user");
+	fcd_init(&d, "4M", "4k");
+	fcd_start(&d, extra);
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(ready), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+		close(go[1]);
+		if (setresgid(65534, 65534, 65534) ||
+		    setresuid(65534, 65534, 65534))
+			_exit(2);
+		strcpy(a.sun_path, d.sock);
+		for (int i = 0; i < 64; i++) {
+			int s = socket(AF_UNIX, SOCK_STREAM, 0);
+
+			if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)))
+				_exit(3);
+		}
+		(void)!write(ready[1], "", 1);
+		(void)!read(go[0], &c, 1);
+		_exit(0);
+	}
+	close(go[0]);
+	close(ready[1]);
+	cr_assert_eq(read(ready[0], &c, 1), 1, "the idle connections");
+	one_vm(&d, NULL);
+	cr_assert(fcd_logged(&d, "(uid 65534): refused: too many connections "
+			     "of this user"), "see %s", d.log);
+	close(go[1]);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && !WEXITSTATUS(status));
+	daemon_done(&d);
+	cr_expect_eq(fc_json_u64(status_line, "vms"), 1);
+	fcd_fini(&d);
+}
+
 /* --allow-uid lets that user's connection on to its handshake. */
 Test(refuse, uid_allowed)
 {
