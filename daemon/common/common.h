@@ -27,8 +27,8 @@
  * syslog(3) priority: LOG_ERR, LOG_WARNING (always written), LOG_INFO
  * (from -v on), LOG_DEBUG (-v -v). When standard error is the journal's
  * stream (systemd's $JOURNAL_STREAM names it), a line starts with the
- * priority as sd-daemon(3) reads it ("<4>"), so that journalctl -p
- * filters by it; elsewhere with "faultd: warning: ".
+ * priority as sd-daemon(3) reads it ("<4>faultd: warning: "), so that
+ * journalctl -p filters by it; elsewhere with "faultd: warning: ".
  */
 void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_set_verbosity(int verbose);

@@ -69,9 +69,12 @@ void dlog(int level, const char *fmt, ...)
 	/* A benign race: every thread computes the same answer. */
 	if (journal < 0)
 		journal = stderr_is_journal();
-	n = journal ? snprintf(line, sizeof(line), "<%d>", level)
-		    : snprintf(line, sizeof(line), "faultd: %s: ",
-			       level_name(level));
+	if (journal)
+		n = snprintf(line, sizeof(line), "<%d>faultd: %s: ", level,
+			     level_name(level));
+	else
+		n = snprintf(line, sizeof(line), "faultd: %s: ",
+			     level_name(level));
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);

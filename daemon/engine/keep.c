@@ -24,7 +24,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 #include "keep_proto.h"
 
 #define KEEPER_START_MS 5000

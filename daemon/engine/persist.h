@@ -26,17 +26,6 @@ struct session_opts_rec {
 
 extern struct keep *daemon_keep;
 
-/* state.c */
-int state_create(struct space *sp);
-int state_journal(struct space *sp);
-int state_restore(struct session *s, int fd, int uffd,
-		  struct source *const *srcs, size_t nr_srcs,
-		  struct space **spp);
-void state_free(struct space *sp);
-void state_inflight(struct space *sp, unsigned int slot, uint64_t off,
-		    uint64_t len);
-size_t state_inflight_get(const struct space *sp, uint64_t *off,
-			  uint64_t *len, size_t max);
 /* record.c */
 int session_persist(struct session *s);
 void session_unpersist(struct session *s);

@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 
 #define PUSH_MAX (1ul << 20)	/* one run's most: the buffer stays in cache */
 /* One install's most (a huge page, if larger): a handler that waits for

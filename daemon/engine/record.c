@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 #include "persist.h"
 
 #define KREC_VERSION 2

@@ -40,7 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 
 #define REPLAY_READ (4ul << 20)	/* one span's most */
 #define REPLAY_GAP (256ul << 10)	/* runs this close: one read */

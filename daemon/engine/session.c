@@ -23,6 +23,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -31,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 
 #define PROGRESS_MS 100
 #define HANDLERS_MAX 4	/* + PUSHERS install slots <= INFLIGHT_SLOTS */
@@ -308,6 +310,111 @@ void session_peer_done(struct session *s)
 	if (s->close_peer)
 		close(fd);
 	session_persist(s);
+}
+
+/* ------------------------------------------------------------------------
+ * What a front end sets and reads (engine.h). Context: the front end's
+ * thread, before session_run() for the setters but session_unsettle()
+ * and session_push_from(), which any thread may call.
+ */
+
+void session_set_front(struct session *s, void *data,
+		       void (*free_fn)(void *data))
+{
+	s->fe_data = data;
+	s->fe_free = free_fn;
+}
+
+void *session_front(const struct session *s)
+{
+	return s->fe_data;
+}
+
+void session_set_peer(struct session *s, int fd, bool close)
+{
+	s->peer_fd = fd;
+	s->close_peer = close;
+}
+
+void session_set_name(struct session *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->name_buf, sizeof(s->name_buf), fmt, ap);
+	va_end(ap);
+	s->o.name = s->name_buf;
+}
+
+const char *session_name(const struct session *s)
+{
+	return s->o.name ? s->o.name : "session";
+}
+
+void session_set_owner(struct session *s, uid_t uid, pid_t pid)
+{
+	s->uid = uid;
+	s->pid = pid;
+}
+
+uint64_t session_id(const struct session *s)
+{
+	return s->id;
+}
+
+pid_t session_pid(const struct session *s)
+{
+	return s->pid;
+}
+
+unsigned int session_nr_spaces(const struct session *s)
+{
+	return atomic_load(&s->nr_spaces);
+}
+
+size_t session_nr_sources(const struct session *s)
+{
+	return s->nr_srcs;
+}
+
+struct source *session_source(const struct session *s, size_t i)
+{
+	return i < s->nr_srcs ? s->srcs[i] : NULL;
+}
+
+const struct session_opts *session_opts(const struct session *s)
+{
+	return &s->o;
+}
+
+unsigned int session_handlers(const struct session *s)
+{
+	return s->nr_handlers;
+}
+
+bool session_records(const struct session *s)
+{
+	return s->rec != NULL;
+}
+
+/*
+ * session_unsettle() - the peer has not registered every range it will
+ * yet (CRIU, until RSTF): a page in no registered mapping may be one
+ * still to come, and nothing is pushed. session_settle() ends it.
+ */
+void session_unsettle(struct session *s)
+{
+	atomic_store(&s->settled, false);
+}
+
+/* session_push_from() - the push goes on at @addr of @sp (NULL: the
+ * newest space): the peer wants it next. Context: any thread. */
+void session_push_from(struct session *s, struct space *sp, uint64_t addr)
+{
+	atomic_store(&s->push_space, sp ? sp : s->spaces);
+	atomic_store(&s->push_from, addr);
+	atomic_fetch_add(&s->push_hint_seq, 1);
+	pthread_cond_broadcast(&s->push_cond);
 }
 
 /* ------------------------------------------------------------------------

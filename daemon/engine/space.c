@@ -37,7 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 
 #define AROUND_DEFAULT (64ul << 10)
 #define ZERO_AROUND (2ul << 20) /* most zeros one fault resolves */
@@ -1476,6 +1476,27 @@ int space_fork_locked(struct space *sp, int ufd, struct space **childp)
 	space_restored(c);
 	*childp = c;
 	return 0;
+}
+
+/* What a front end reads of a space it added (engine.h). */
+uint64_t space_id(const struct space *sp)
+{
+	return sp->id;
+}
+
+uint64_t space_nr_pages(const struct space *sp)
+{
+	return sp->nr_pages;
+}
+
+size_t space_nr_ranges(const struct space *sp)
+{
+	return sp->nr;
+}
+
+size_t space_page_size(const struct space *sp)
+{
+	return sp->page_size;
 }
 
 /* Free a space no thread uses any more; closes its descriptors. */

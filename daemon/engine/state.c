@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_int.h"
 #include "persist.h"
 
 #define KSTATE_VERSION 1

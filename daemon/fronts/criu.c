@@ -213,7 +213,7 @@ static int add_space(struct session *s, struct criu_fe *f, pid_t pid,
 		return -ENOMEM;
 	for (ssize_t i = 0; i < n; i++)
 		seg[i] = (struct sseg){ lazy[i].start, lazy[i].len, 0 };
-	pidfd = task_pidfd(s->pid, pid);
+	pidfd = task_pidfd(session_pid(s), pid);
 	ret = session_add_space(s, uffd, pidfd >= 0 ? pid : 0, pidfd,
 				(uint64_t)pid, src, &r, 1, seg,
 				n > 0 ? (size_t)n : 0, why, NULL);
@@ -253,10 +253,10 @@ static int take_task(struct session *s, struct criu_fe *f, pid_t pid,
 			f->nr_pids--; /* its source stays, unused */
 	}
 	if (ret)
-		dlog(LOG_WARNING, "%s: task %d: %s: %s", s->o.name, (int)pid, why,
+		dlog(LOG_WARNING, "%s: task %d: %s: %s", session_name(s), (int)pid, why,
 		     strerror(-ret));
 	else
-		dlog(LOG_INFO, "%s: task %d: served", s->o.name, (int)pid);
+		dlog(LOG_INFO, "%s: task %d: served", session_name(s), (int)pid);
 	return ret;
 }
 
@@ -323,10 +323,10 @@ static bool on_rstf(struct session *s, struct criu_fe *f)
 		session_settle(s);
 		session_persist(s);
 		dlog(LOG_INFO, "%s: restore finished (RSTF): %u tasks, %u zombies",
-		     s->o.name, f->nr_pids, f->zombies);
+		     session_name(s), f->nr_pids, f->zombies);
 		if (f->nr_pids + f->zombies < n)
 			dlog(LOG_WARNING, "%s: RSTF before %zu of the dump's %zu tasks "
-				"sent their userfaultfd", s->o.name,
+				"sent their userfaultfd", session_name(s),
 			     n - f->nr_pids - f->zombies, n);
 	}
 	consume(f->sock, 4);
@@ -343,7 +343,7 @@ static bool on_eof(struct session *s, struct criu_fe *f)
 		return true;
 	}
 	dlog(LOG_WARNING, "%s: criu restore closed its connection before RSTF: the "
-		"restore failed", s->o.name);
+		"restore failed", session_name(s));
 	f->failed = true;
 	return false;
 }
@@ -364,7 +364,7 @@ static bool on_task(struct session *s, struct criu_fe *f, int32_t pid)
 		if (fd >= 0)
 			close(fd);
 		dlog(LOG_WARNING, "%s: task %d: no userfaultfd with its pid: not CRIU's "
-			"stream", s->o.name, (int)pid);
+			"stream", session_name(s), (int)pid);
 		f->failed = true;
 		return false;
 	}
@@ -387,7 +387,7 @@ static bool on_zombie(struct session *s, struct criu_fe *f, int32_t pid)
 	const struct criu_task *t = dump_task(f->lp, -pid);
 
 	if (!t || !t->zombie) {
-		dlog(LOG_WARNING, "%s: %d: not a zombie of the dump", s->o.name,
+		dlog(LOG_WARNING, "%s: %d: not a zombie of the dump", session_name(s),
 		     (int)-pid);
 		f->failed = true;
 		return false;
@@ -401,7 +401,7 @@ static bool on_zombie(struct session *s, struct criu_fe *f, int32_t pid)
 /* The next message of criu restore. Returns false: end the session. */
 static bool criu_peer_input(struct session *s)
 {
-	struct criu_fe *f = s->fe_data;
+	struct criu_fe *f = session_front(s);
 	uint32_t v;
 	int fd;
 	ssize_t n = recv_fd(f->sock, MSG_PEEK, &v, sizeof(v), &fd);
@@ -413,7 +413,7 @@ static bool criu_peer_input(struct session *s)
 	if (n == 0 || n == -ECONNRESET)
 		return on_eof(s, f);
 	if (n != sizeof(v) || (f->rstf && v != RSTF)) {
-		dlog(LOG_WARNING, "%s: %s", s->o.name,
+		dlog(LOG_WARNING, "%s: %s", session_name(s),
 		     n < 0 ? strerror((int)-n)
 			   : "a message that is not of CRIU's stream");
 		f->failed = true;
@@ -425,7 +425,7 @@ static bool criu_peer_input(struct session *s)
 		return on_zombie(s, f, (int32_t)v);
 	if (v != 0)
 		return on_task(s, f, (int32_t)v);
-	dlog(LOG_WARNING, "%s: pid 0: not CRIU's stream", s->o.name);
+	dlog(LOG_WARNING, "%s: pid 0: not CRIU's stream", session_name(s));
 	f->failed = true;
 	return false;
 }
@@ -472,7 +472,7 @@ static void criu_finish(struct session *s, struct criu_fe *f)
 
 static void criu_tick(struct session *s, bool all_in)
 {
-	struct criu_fe *f = s->fe_data;
+	struct criu_fe *f = session_front(s);
 
 	if (all_in && f->rstf)
 		criu_finish(s, f);
@@ -481,8 +481,8 @@ static void criu_tick(struct session *s, bool all_in)
 /* A task exited: the others are served on. */
 static bool criu_space_gone(struct session *s, struct space *sp)
 {
-	dlog(LOG_INFO, "%s: task %llu exited", s->o.name,
-	     (unsigned long long)sp->id);
+	dlog(LOG_INFO, "%s: task %llu exited", session_name(s),
+	     (unsigned long long)space_id(sp));
 	return true;
 }
 
@@ -501,7 +501,7 @@ static void criu_fe_free(void *arg)
 
 static size_t criu_save(struct session *s, void *blob, size_t max)
 {
-	struct criu_fe *f = s->fe_data;
+	struct criu_fe *f = session_front(s);
 	struct criu_blob *b = blob;
 	size_t len = offsetof(struct criu_blob, pid) +
 		     f->nr_pids * sizeof(b->pid[0]);
@@ -520,9 +520,8 @@ static size_t criu_save(struct session *s, void *blob, size_t max)
 
 static void criu_name(struct session *s)
 {
-	snprintf(s->name_buf, sizeof(s->name_buf), "lazy-pages %llu",
-		 (unsigned long long)s->id);
-	s->o.name = s->name_buf;
+	session_set_name(s, "lazy-pages %llu",
+			 (unsigned long long)session_id(s));
 }
 
 static struct criu_fe *fe_new(struct lazy_pages *lp, int sock)
@@ -538,10 +537,8 @@ static struct criu_fe *fe_new(struct lazy_pages *lp, int sock)
 
 static void fe_attach(struct session *s, struct criu_fe *f, int sock)
 {
-	s->fe_data = f;
-	s->fe_free = criu_fe_free;
-	s->peer_fd = sock;
-	s->close_peer = true;
+	session_set_front(s, f, criu_fe_free);
+	session_set_peer(s, sock, true);
 	criu_name(s);
 }
 
@@ -564,7 +561,7 @@ static int adopt_lp(struct session *s, const struct criu_blob *b,
 		return -EBADMSG;
 	ret = lazy_daemon_open(b->dir, b->verify, lpp, why, sizeof(why));
 	if (ret)
-		dlog(LOG_WARNING, "%s: %s", s->o.name, why);
+		dlog(LOG_WARNING, "%s: %s", session_name(s), why);
 	return ret;
 }
 
@@ -584,7 +581,7 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 
 	if (b)
 		memcpy(b, blob, len < sizeof(*b) ? len : sizeof(*b));
-	if (!ret && (b->version != BLOB_VERSION || b->nr_pids != s->nr_srcs ||
+	if (!ret && (b->version != BLOB_VERSION || b->nr_pids != session_nr_sources(s) ||
 		     b->nr_pids > TASKS_MAX || (!b->rstf && peer < 0)))
 		ret = -EBADMSG;
 	if (!ret)
@@ -609,7 +606,8 @@ static int criu_adopt(struct session *s, const void *blob, size_t len,
 		free(f);
 		return ret;
 	}
-	atomic_store(&s->settled, f->rstf);
+	if (!f->rstf)
+		session_unsettle(s);
 	fe_attach(s, f, peer);
 	lazy_pages_started(f->lp);
 	return 0;
@@ -659,15 +657,16 @@ int criu_serve(struct lazy_pages *lp, int sock, uid_t uid, pid_t pid)
 		lazy_pages_ended(lp, false);
 		return ret;
 	}
-	atomic_store(&s->settled, false);
-	s->uid = uid;
-	s->pid = pid;
+	session_unsettle(s);
+	session_set_owner(s, uid, pid);
 	fe_attach(s, f, sock);
-	if (s->o.around)
-		snprintf(around, sizeof(around), "%zu KiB", s->o.around >> 10);
+	if (session_opts(s)->around)
+		snprintf(around, sizeof(around), "%zu KiB",
+			 session_opts(s)->around >> 10);
 	dlog(LOG_INFO, "%s: criu restore %d (uid %u) connected: %u handlers, "
-	     "fault-around %s, pages %schecked", s->o.name, (int)pid,
-	     (unsigned int)uid, s->nr_handlers, around, lp->sums ? "" : "not ");
+	     "fault-around %s, pages %schecked", session_name(s), (int)pid,
+	     (unsigned int)uid, session_handlers(s), around,
+	     lp->sums ? "" : "not ");
 	ret = session_run(s);
 	session_free(s);
 	return ret;

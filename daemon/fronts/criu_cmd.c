@@ -43,6 +43,7 @@
 
 #include "criu.h"
 #include "front.h"
+#include "internal.h"
 #include "lazy_pages.h"
 
 #define SOCK_NAME "lazy-pages.socket"

@@ -154,7 +154,7 @@ static void vm_uncounted(void)
 /* Firecracker says nothing after the handshake: only its end matters. */
 static bool vm_peer_input(struct session *s)
 {
-	struct fc_vm *vm = s->fe_data;
+	struct fc_vm *vm = session_front(s);
 	char buf[256];
 	ssize_t n = recv(vm->sock, buf, sizeof(buf), MSG_DONTWAIT);
 
@@ -162,7 +162,7 @@ static bool vm_peer_input(struct session *s)
 		return false;
 	if (n > 0 && !vm->told_input) {
 		dlog(LOG_WARNING, "%s: the VM wrote to the socket after its handshake: "
-			"ignored", s->o.name);
+			"ignored", session_name(s));
 		vm->told_input = true;
 	}
 	return true;
@@ -199,7 +199,7 @@ static void vm_ended(struct session *s)
 	pthread_mutex_unlock(&vms_lock);
 	dlog(LOG_INFO, "%s: %" PRIu64 " faults, %" PRIu64 " pages in for them, %"
 		PRIu64 " pushed, %" PRIu64 " zero, %" PRIu64 " REMOVE events, %"
-		PRIu64 " pages replayed", s->o.name, v.faults, v.pages_urgent,
+		PRIu64 " pages replayed", session_name(s), v.faults, v.pages_urgent,
 	     v.pages_background, v.pages_zero, v.removes, v.pages_replayed);
 }
 
@@ -211,9 +211,8 @@ static void vm_free(void *arg)
 
 static void vm_name(struct session *s)
 {
-	snprintf(s->name_buf, sizeof(s->name_buf), "vm %llu (pid %d)",
-		 (unsigned long long)s->id, (int)s->pid);
-	s->o.name = s->name_buf;
+	session_set_name(s, "vm %llu (pid %d)",
+			 (unsigned long long)session_id(s), (int)session_pid(s));
 }
 
 /*
@@ -227,9 +226,9 @@ static int vm_adopt(struct session *s, const void *blob, size_t len,
 	struct fc_vm *vm = calloc(1, sizeof(*vm));
 
 	(void)blob, (void)len;
-	if (!vm || s->nr_srcs != 1 || peer < 0) {
+	if (!vm || session_nr_sources(s) != 1 || peer < 0) {
 		dlog(LOG_WARNING, "vm %llu: cannot adopt it: %s",
-		     (unsigned long long)s->id,
+		     (unsigned long long)session_id(s),
 		     vm ? "its connection was not kept" : "out of memory");
 		if (peer >= 0)
 			close(peer);
@@ -237,11 +236,9 @@ static int vm_adopt(struct session *s, const void *blob, size_t len,
 		return vm ? -EBADMSG : -ENOMEM;
 	}
 	vm->sock = peer;
-	vm->page_size = s->srcs[0]->page_size;
-	s->fe_data = vm;
-	s->fe_free = vm_free;
-	s->peer_fd = peer;
-	s->close_peer = true;
+	vm->page_size = session_source(s, 0)->page_size;
+	session_set_front(s, vm, vm_free);
+	session_set_peer(s, peer, true);
 	vm_counted(true);
 	vm_name(s);
 	return 0;
@@ -404,7 +401,7 @@ static void vm_wset_opts(struct session_opts *o, bool *rec)
 }
 
 static int vm_session(struct fc_conn *c, const struct srange *r,
-		      struct session **sp)
+		      struct session **sp, struct space **spacep)
 {
 	struct session_opts o = { .push = fo.prefetch,
 				  .push_after_first = fo.prefetch };
@@ -429,8 +426,8 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 		src = NULL;
 	if (!ret)
 		ret = session_add_space(s, c->uffd, c->conn->peer.pid, c->conn->peer.pidfd,
-					0, s->srcs[0], r, c->hs.nr, NULL, 0,
-					&why, NULL);
+					0, session_source(s, 0), r, c->hs.nr,
+					NULL, 0, &why, spacep);
 	if (ret) {
 		if (src || s) /* else c->why says it already */
 			refuse(c, ret, "%s", why);
@@ -447,13 +444,11 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 	c->uffd = c->conn->peer.pidfd = -1; /* the space's now */
 	vm->sock = c->conn->sock;
 	vm->page_size = ps;
-	s->fe_free = vm_free;
-	s->peer_fd = c->conn->sock;
-	s->close_peer = true;
+	session_set_front(s, vm, vm_free);
+	session_set_peer(s, c->conn->sock, true);
 	c->conn->sock = -1;
 	c->counted = false; /* the session's now: vm_free() uncounts it */
-	s->uid = c->conn->peer.uid;
-	s->pid = c->conn->peer.pid;
+	session_set_owner(s, c->conn->peer.uid, c->conn->peer.pid);
 	vm_name(s);
 	*sp = s;
 	return 0;
@@ -547,10 +542,11 @@ static void fc_serve(struct conn *conn)
 	struct fc_conn *c = conn->state;
 	struct srange r[FC_MAX_REGIONS];
 	struct session *s;
+	struct space *sp;
 	int ret = handshake_check(c, r);
 
 	if (!ret)
-		ret = vm_session(c, r, &s);
+		ret = vm_session(c, r, &s, &sp);
 	pthread_mutex_lock(&vms_lock);
 	vms_served += !ret;
 	pthread_mutex_unlock(&vms_lock);
@@ -559,9 +555,10 @@ static void fc_serve(struct conn *conn)
 		return;
 	}
 	dlog(LOG_INFO, "%s: %zu regions, %" PRIu64 " pages of %zu bytes%s%s%s",
-	     s->o.name, s->spaces->nr, s->spaces->nr_pages,
-	     s->spaces->page_size, fo.prefetch ? ", prefetch" : "",
-	     s->rec ? ", recorded" : "", s->o.wset_path ? ", replay" : "");
+	     session_name(s), space_nr_ranges(sp), space_nr_pages(sp),
+	     space_page_size(sp), fo.prefetch ? ", prefetch" : "",
+	     session_records(s) ? ", recorded" : "",
+	     session_opts(s)->wset_path ? ", replay" : "");
 	session_run(s);
 	session_free(s); /* vm_free() uncounts it */
 }

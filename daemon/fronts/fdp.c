@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "front.h"
+#include "internal.h"
 #include "image.h"
 
 struct fdp {
@@ -51,16 +52,13 @@ static void fdp_progress(struct session *s, struct proto_progress *p,
 /* PREFETCH: the client wants [start, ..) next; the push goes there. */
 static void fdp_prefetch(struct session *s, struct fdp *f, uint64_t start)
 {
-	atomic_store(&s->push_space, f->sp ? f->sp : s->spaces);
-	atomic_store(&s->push_from, start);
-	atomic_fetch_add(&s->push_hint_seq, 1);
-	pthread_cond_broadcast(&s->push_cond);
+	session_push_from(s, f->sp, start);
 }
 
 /* A message from the client during the session. Returns false: end. */
 static bool fdp_peer_input(struct session *s)
 {
-	struct fdp *f = s->fe_data;
+	struct fdp *f = session_front(s);
 	union {
 		struct proto_hdr h;
 		struct {
@@ -93,7 +91,7 @@ static bool fdp_peer_input(struct session *s)
 /* PROGRESS every tick until every page is in, then DONE once. */
 static void fdp_tick(struct session *s, bool all_in)
 {
-	struct fdp *f = s->fe_data;
+	struct fdp *f = session_front(s);
 	struct proto_progress p;
 
 	if (atomic_load(&f->sent_done))
@@ -122,7 +120,7 @@ struct fdp_blob {
 
 static size_t fdp_save(struct session *s, void *blob, size_t max)
 {
-	struct fdp *f = s->fe_data;
+	struct fdp *f = session_front(s);
 	struct fdp_blob b = { .sent_done = atomic_load(&f->sent_done) };
 
 	if (max < sizeof(b))
@@ -133,9 +131,7 @@ static size_t fdp_save(struct session *s, void *blob, size_t max)
 
 static void fdp_name(struct session *s)
 {
-	snprintf(s->name_buf, sizeof(s->name_buf), "session %llu",
-		 (unsigned long long)s->id);
-	s->o.name = s->name_buf;
+	session_set_name(s, "session %llu", (unsigned long long)session_id(s));
 }
 
 /* A session a daemon before this one served: its client (its image is
@@ -147,7 +143,7 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 	struct fdp_blob b = { 0 };
 
 	memcpy(&b, blob, len < sizeof(b) ? len : sizeof(b));
-	if (!f || s->nr_srcs != 1 || peer < 0) {
+	if (!f || session_nr_sources(s) != 1 || peer < 0) {
 		if (peer >= 0)
 			close(peer);
 		free(f);
@@ -155,10 +151,8 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 	}
 	f->sock = peer;
 	atomic_store(&f->sent_done, b.sent_done);
-	s->fe_data = f;
-	s->fe_free = fdp_free;
-	s->peer_fd = peer;
-	s->close_peer = true;
+	session_set_front(s, f, fdp_free);
+	session_set_peer(s, peer, true);
 	fdp_name(s);
 	return 0;
 }
@@ -305,7 +299,8 @@ static int fdp_session(int sock, const struct proto_register *m, int *fds,
 		ret = -ENOMEM;
 	if (!ret)
 		ret = session_add_space(s, fds[0], peer->pid, peer->pidfd, 0,
-					s->srcs[0], r, m->nr_ranges, NULL, 0,
+					session_source(s, 0), r, m->nr_ranges,
+					NULL, 0,
 					&why, &f->sp);
 	free(r);
 	if (ret) {
@@ -315,8 +310,7 @@ static int fdp_session(int sock, const struct proto_register *m, int *fds,
 		return ret;
 	}
 	peer->pidfd = -1; /* the space's now */
-	s->uid = peer->uid;
-	s->pid = peer->pid;
+	session_set_owner(s, peer->uid, peer->pid);
 	*sp = s;
 	return 0;
 }
@@ -340,17 +334,17 @@ static int fdp_register(int sock, const struct proto_register *m, int *fds,
 	close(fds[1]); /* the image keeps its own duplicate */
 	fds[0] = fds[1] = -1;
 	fdp_name(s);
-	s->peer_fd = sock;
+	session_set_peer(s, sock, false);
 	/* Kept before the client hears of it: from then on it may fault. */
 	session_persist(s);
 	proto_init(&ack.h, MSG_ACK, sizeof(ack));
-	ack.session = s->id;
-	ack.pages_total = f.sp->nr_pages;
-	dlog(LOG_INFO, "%s: pid %d, %llu pages", s->o.name, (int)peer->pid,
-	     (unsigned long long)f.sp->nr_pages);
+	ack.session = session_id(s);
+	ack.pages_total = space_nr_pages(f.sp);
+	dlog(LOG_INFO, "%s: pid %d, %llu pages", session_name(s), (int)peer->pid,
+	     (unsigned long long)space_nr_pages(f.sp));
 	if (!proto_send(sock, &ack, NULL, 0))
 		ret = session_run(s);
-	dlog(LOG_INFO, "%s ends", s->o.name);
+	dlog(LOG_INFO, "%s ends", session_name(s));
 	session_free(s);
 	return ret;
 }

@@ -22,10 +22,10 @@ static void *adopted_main(void *arg)
 {
 	struct session *s = arg;
 
-	dlog(LOG_INFO, "%s: adopted, %u spaces", s->o.name,
-	     atomic_load(&s->nr_spaces));
+	dlog(LOG_INFO, "%s: adopted, %u spaces", session_name(s),
+	     session_nr_spaces(s));
 	session_run(s);
-	dlog(LOG_INFO, "%s ends", s->o.name);
+	dlog(LOG_INFO, "%s ends", session_name(s));
 	session_free(s);
 	return NULL;
 }
@@ -47,7 +47,7 @@ static void on_entry(void *arg, struct keep_entry *e)
 		return;
 	nr_adopted++;
 	if (daemon_thread_start(adopted_main, s, "faultd-adopt") < 0) {
-		dlog(LOG_WARNING, "%s: cannot start a thread for it", s->o.name);
+		dlog(LOG_WARNING, "%s: cannot start a thread for it", session_name(s));
 		session_free(s);
 	}
 }
