@@ -38,8 +38,8 @@ static inline unsigned long pool_read(size_t ps, const char *what)
  * pages: a test holds the pool of one page size alone (setting.h, held
  * exclusive; the lock is the one checkouts before setting.h took) from
  * lock_pool() or reserve_or_skip() until its process exits - passed,
- * failed or skipped (Criterion runs a suite's .fini only after a test
- * that ran to its end, atexit() handlers in all three cases). What a test
+ * failed or skipped (Criterion 2.4 runs .fini after a pass or a failure,
+ * not after a skip; atexit() handlers in all three cases). What a test
  * killed for its timeout changed is put back by the next one.
  */
 #define POOL_PREFIX "/tmp/faultd-hugetlb-tests"
