@@ -8,8 +8,11 @@
 # dirty, faults and firecracker suites (discards against writers, aborts
 # counted per region, faults against a balloon's discards) for as long as
 # a configuration. A configuration runs at most 480 s at a time (its
-# Criterion timeout is 600 s), so long runs are made of passes. Stops at
-# the first failure.
+# Criterion timeout is 600 s), so long runs are made of passes. Then the
+# criu suite once with transparent huge pages "always": a machine-wide
+# setting, held through tests/setting-hold (shared with any other run on
+# the machine, put back by the last holder, a dead holder's change undone
+# by the next) for that run only. Stops at the first failure.
 #
 # usage: sh scripts/stress.sh BUILD_DIR MINUTES
 set -u
@@ -43,4 +46,14 @@ while :; do
 	done
 	[ "$(date +%s)" -lt "$end" ] || break
 done
+# The dump tests must not depend on the machine's THP mode.
+thp=/sys/kernel/mm/transparent_hugepage/enabled
+echo "stress: the criu suite with THP always"
+"$build/tests/setting-hold" --word always $thp /tmp/faultd-thp-enabled -- \
+	sh -c "grep -q '\\[always\\]' $thp || {
+		echo 'stress: cannot set THP to always (not root?)'; exit 1; }
+		meson test -C '$build' --suite criu --print-errorlogs" || {
+	echo "stress: the criu suite with THP always FAILED (log: $build/meson-logs/testlog.txt)"
+	exit 1
+}
 echo "stress: $pass passes in $(( (minutes * 60 - end + $(date +%s)) / 60 )) min, all passed"

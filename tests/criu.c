@@ -25,7 +25,7 @@
 #include "proto.h"
 #include "wset.h"
 
-TestSuite(criu, .init = h_setup, .fini = h_teardown, .timeout = 600);
+TestSuite(criu, .init = h_setup, .fini = h_fini, .timeout = 600);
 
 static size_t restore_mib(void)
 {
@@ -632,7 +632,7 @@ static struct h_net net;
 static void net_fini(void)
 {
 	h_net_down(&net);
-	h_teardown();
+	h_fini();
 }
 
 /* Connect from namespace B to the page server at A. */
@@ -1548,7 +1548,7 @@ static void daemon_fini(void)
 {
 	if (running_daemon > 0)
 		kill(running_daemon, SIGKILL);
-	h_teardown();
+	h_fini();
 }
 
 /* The daemon ($FAULTD, no subcommand) on h_path("fd.sock"), answering. */

@@ -8,132 +8,102 @@
 #ifndef FAULTD_TEST_HUGEPOOL_H
 #define FAULTD_TEST_HUGEPOOL_H
 
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/file.h>
-#include <unistd.h>
+
+#include "setting.h"
 
 #define HPAGE (2ul << 20)
 #define GPAGE (1ul << 30)
 
-static inline unsigned long pool_read(size_t ps, const char *what)
+static inline const char *pool_path(size_t ps, const char *what)
 {
-	char path[128];
-	unsigned long v = 0;
-	FILE *f;
+	static char path[4][128];
+	static unsigned int i;
+	char *p = path[i++ % 4];
 
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/%s",
-		 ps >> 10, what);
-	f = fopen(path, "r");
-	if (f && fscanf(f, "%lu", &v) != 1)
-		v = 0;
-	if (f)
-		fclose(f);
-	return v;
+	snprintf(p, sizeof(path[0]),
+		 "/sys/kernel/mm/hugepages/hugepages-%zukB/%s", ps >> 10, what);
+	return p;
 }
 
-static inline bool pool_write(size_t ps, unsigned long n)
+static inline unsigned long pool_read(size_t ps, const char *what)
 {
-	char path[128];
-	FILE *f;
-
-	snprintf(path, sizeof(path),
-		 "/sys/kernel/mm/hugepages/hugepages-%zukB/nr_hugepages",
-		 ps >> 10);
-	f = fopen(path, "w");
-	if (!f)
-		return false;
-	fprintf(f, "%lu\n", n);
-	return fclose(f) == 0;
+	return setting_number(pool_path(ps, what));
 }
 
 /*
- * What the test changed: the pool of one page size, and its size before.
- * It is given back when the test process exits - passed, failed or
- * skipped (Criterion runs a suite's .fini only after a test that ran to
- * its end, atexit() handlers in all three cases). A test killed for its
- * timeout gives back nothing: STATE records the change while the lock is
- * held, and whoever takes the lock next puts the pool back first.
+ * The pools are shared by the whole machine, and the tests count the free
+ * pages: a test holds the pool of one page size alone (setting.h, held
+ * exclusive; the lock is the one checkouts before setting.h took) from
+ * lock_pool() or reserve_or_skip() until its process exits - passed,
+ * failed or skipped (Criterion 2.4 runs .fini after a pass or a failure,
+ * not after a skip; atexit() handlers in all three cases). What a test
+ * killed for its timeout changed is put back by the next one.
  */
-#define LOCK "/tmp/faultd-hugetlb-tests.lock"
-#define STATE "/tmp/faultd-hugetlb-tests.state"
+#define POOL_PREFIX "/tmp/faultd-hugetlb-tests"
 
 static struct {
 	size_t ps;
-	unsigned long before;
-	bool changed, at_exit;
-} pool;
+	char path[128];		/* its nr_hugepages */
+	struct setting s;
+	bool at_exit;
+} pool = { .s = { .guard = -1, .lock = -1 } };
 
 static inline void hugepool_give_back(void)
 {
-	if (pool.changed && pool_write(pool.ps, pool.before))
-		unlink(STATE);
-	pool.changed = false;
+	setting_release(&pool.s);
 }
 
-/* A test before this one left the pool changed: put it back. */
-static inline void undo_dead_test(void)
+/* Hold the pool of @ps pages alone for this test. */
+static inline void lock_pool_of(size_t ps)
 {
-	FILE *f = fopen(STATE, "r");
-	unsigned long before;
-	size_t ps;
+	const char *why;
+	int err;
 
-	if (!f)
+	if (pool.s.lock >= 0) {
+		cr_assert_eq(pool.ps, ps, "one page size per test");
 		return;
-	if (fscanf(f, "%zu %lu", &ps, &before) == 2 && pool_write(ps, before))
-		unlink(STATE);
-	fclose(f);
+	}
+	pool.ps = ps;
+	snprintf(pool.path, sizeof(pool.path), "%s",
+		 pool_path(ps, "nr_hugepages"));
+	pool.s = (struct setting)SETTING_INIT(pool.path, POOL_PREFIX);
+	err = setting_exclusive(&pool.s, &why);
+	if (err)
+		cr_skip_test("cannot lock the huge page pool for this test: "
+			     "%s (%s)", why, strerror(-err));
+	if (!pool.at_exit)
+		cr_assert_eq(atexit(hugepool_give_back), 0);
+	pool.at_exit = true;
 }
 
-/*
- * The pool is shared by the whole machine, so tests that change it take a
- * lock file for as long as they run (each test is a process of its own:
- * the lock goes with it).
- */
+/* The pool of 2 MiB pages, for tests that read or empty it. */
 static inline void lock_pool(void)
 {
-	int lock = open(LOCK, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-
-	if (lock < 0 || flock(lock, LOCK_EX) < 0)
-		cr_skip_test("cannot lock the huge page pool for this test");
-	undo_dead_test();
+	lock_pool_of(HPAGE);
 }
 
 /*
- * Size the pool of @ps pages to @n (lock_pool() first), to be given back
- * as the test ends; false if the pool cannot be written (not root?). One
- * page size per test.
+ * Size the pool of @ps pages to @n (held: lock_pool_of()), to be given
+ * back as the test ends; false if the pool cannot be written (not root?).
  */
 static inline bool pool_change(size_t ps, unsigned long n)
 {
-	FILE *f;
+	char v[SETTING_LEN];
+	const char *why;
 
-	if (!pool.changed) {
-		pool.ps = ps;
-		pool.before = pool_read(ps, "nr_hugepages");
-		f = fopen(STATE, "w");
-		cr_assert(f, "cannot write " STATE);
-		fprintf(f, "%zu %lu\n", ps, pool.before);
-		cr_assert_eq(fclose(f), 0);
-		pool.changed = true;
-		if (!pool.at_exit)
-			cr_assert_eq(atexit(hugepool_give_back), 0);
-		pool.at_exit = true;
-	}
-	cr_assert_eq(pool.ps, ps, "one page size per test");
-	return pool_write(ps, n);
+	lock_pool_of(ps);
+	snprintf(v, sizeof(v), "%lu", n);
+	return setting_set(&pool.s, v, &why) == 0;
 }
 
 /* Make @n more pages of size @ps free, or skip the test saying why. */
 static inline void reserve_or_skip(size_t ps, unsigned long n)
 {
-	unsigned long total;
-
-	lock_pool();
-	total = pool_read(ps, "nr_hugepages");
-	if (!pool_change(ps, total + n))
+	lock_pool_of(ps);
+	if (!pool_change(ps, pool_read(ps, "nr_hugepages") + n))
 		cr_skip_test("cannot write nr_hugepages for %zu kB pages "
 			     "(not root?)", ps >> 10);
 	if (pool_read(ps, "free_hugepages") < n)

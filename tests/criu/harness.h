@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * harness.h - running CRIU and the workload for a test: a scratch folder,
- * the workload started and its layout read, criu commands with deadlines
- * (in a network namespace when asked), and the workload's result lines.
+ * harness.h - running CRIU and the workload for a test: a scratch folder
+ * (kept, with what tells why, when the test fails), the workload started
+ * and its layout read, criu commands with deadlines (in a network
+ * namespace when asked), and the workload's result lines.
  *
  * CRIU is the binary named by $CRIU (tests/criu/run.sh sets it from
  * scripts/criu.sh, or the suite is skipped); the workload is
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <glob.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -35,6 +37,7 @@
 #include <criterion/criterion.h>
 
 #include "criu/workload.h"
+#include "setting.h"
 
 #define H_DEADLINE_MS 120000	/* any one criu command or workload run */
 
@@ -65,26 +68,227 @@ static inline int h_rm_one(const char *p, const struct stat *st, int flag,
 	return remove(p);
 }
 
-/* FAULTD_CRIU_KEEP=1 keeps the scratch folder (its dumps and logs).
- * Run at exit too: no assertion. */
-static inline void h_teardown(void)
+/* The holders of lock file @path, from /proc/locks, into @f. */
+static inline void h_diag_holders(FILE *f, const char *path)
 {
-	if (h_dir[0] && !getenv("FAULTD_CRIU_KEEP"))
-		nftw(h_dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	h_dir[0] = '\0';
+	char line[256], p[64], cmd[256];
+	struct stat st;
+	FILE *locks;
+
+	if (stat(path, &st) || !(locks = fopen("/proc/locks", "re")))
+		return;
+	while (fgets(line, sizeof(line), locks)) {
+		unsigned long ino;
+		char mode[16];
+		int pid, n;
+		FILE *c;
+
+		if (sscanf(line, "%*d: FLOCK %*s %15s %d %*x:%*x:%lu", mode,
+			   &pid, &ino) != 3 || ino != st.st_ino)
+			continue;
+		snprintf(p, sizeof(p), "/proc/%d/cmdline", pid);
+		c = fopen(p, "re");
+		n = c ? (int)fread(cmd, 1, sizeof(cmd) - 1, c) : 0;
+		if (c)
+			fclose(c);
+		for (int i = 0; i < n; i++)
+			cmd[i] = cmd[i] ? cmd[i] : ' ';
+		cmd[n] = '\0';
+		fprintf(f, "  %s %s: pid %d %s\n", path, mode, pid, cmd);
+	}
+	fclose(locks);
 }
 
-static inline void h_setup(void)
+/*
+ * Which other runs hold the machine-wide settings the tests share
+ * (setting.h: /tmp/faultd-*.lock), and which test programs run besides
+ * this one: into @f.
+ */
+static inline void h_diag_others(FILE *f)
+{
+	char line[256];
+	glob_t g = { 0 };
+	FILE *ps;
+
+	fprintf(f, "holders of the tests' machine-wide settings "
+		   "(/tmp/faultd-*.lock):\n");
+	if (!glob("/tmp/faultd-*.lock", 0, NULL, &g))
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			h_diag_holders(f, g.gl_pathv[i]);
+	globfree(&g);
+	fprintf(f, "test programs, setting-hold and faultd running:\n");
+	ps = popen("ps -eo pid,etime,args | grep -E '/test-[a-z]|"
+		   "setting-hold|faultd ' | grep -v grep", "re");
+	while (ps && fgets(line, sizeof(line), ps))
+		fprintf(f, "  %s", line);
+	if (ps)
+		pclose(ps);
+}
+
+/* The machine as the test left it, into @f: THP, pipes, load, others. */
+static inline void h_diag(FILE *f)
+{
+	static const char *const files[] = {
+		"/sys/kernel/mm/transparent_hugepage/enabled",
+		"/sys/kernel/mm/transparent_hugepage/defrag",
+		"/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs",
+		"/proc/sys/fs/pipe-max-size",
+		"/proc/loadavg",
+	};
+	char v[256];
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		FILE *g = fopen(files[i], "re");
+
+		if (g && fgets(v, sizeof(v), g))
+			fprintf(f, "%s: %s", files[i], v);
+		if (g)
+			fclose(g);
+	}
+	h_diag_others(f);
+}
+
+/*
+ * A test that failed, crashed or timed out: keep its folder @dir (the
+ * dumps with their pagemap-*.img, CRIU's logs, faultd.out, criu.out),
+ * add diag.txt (h_diag() and the kernel's last messages), and say where
+ * on stderr - which meson test --print-errorlogs shows, in CI too - with
+ * diag.txt and the tail of every log: a CI machine's folder is gone after
+ * the run.
+ */
+static inline void h_keep_failed(const char *name, const char *dir,
+				 const char *how)
+{
+	char diag[288], cmd[1024];
+	FILE *f;
+
+	snprintf(diag, sizeof(diag), "%s/diag.txt", dir);
+	f = fopen(diag, "we");
+	if (f) {
+		fprintf(f, "criu::%s %s\n", name, how);
+		h_diag(f);
+		fprintf(f, "dmesg, the last 40 lines:\n");
+		fclose(f);
+	}
+	snprintf(cmd, sizeof(cmd), "dmesg 2>&1 | tail -n 40 >> %s", diag);
+	(void)!system(cmd);
+	fprintf(stderr, "criu: %s %s: its scratch folder is kept: %s\n", name,
+		how, dir);
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && { echo '--- %s/diag.txt:'; cat diag.txt; for f in "
+		 "$(find . -name '*.log' -o -name '*.out' | sort); do echo "
+		 "\"--- %s/${f#./}, the last 25 lines:\"; tail -n 25 \"$f\"; "
+		 "done; } >&2", dir, dir, dir);
+	(void)!system(cmd);
+}
+
+static inline void h_remove(const char *dir)
+{
+	if (!getenv("FAULTD_CRIU_KEEP"))
+		nftw(dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/*
+ * The scratch folders. Criterion runs each test in a process of its own
+ * and runs .fini after a failure as after a pass, so a test cannot tell
+ * how it ended: the runner does. It makes a folder for the run
+ * (FAULTD_CRIU_RUN, in PRE_ALL), each test makes its own in it, named
+ * after the test, and at the test's end (POST_FINI, or TEST_CRASH) the
+ * runner removes it or keeps it (h_keep_failed()); the run's goes at the
+ * end if nothing is kept in it. FAULTD_CRIU_KEEP=1 keeps every folder.
+ * Under the TSan runner (tests/tsan/), which has no report hooks and
+ * records failures in shim_failed, a test's .fini decides itself.
+ */
+#ifndef FAULTD_TEST_CRITERION_SHIM_H
+#include <criterion/hooks.h>
+
+static char h_run_dir[64];
+
+static inline void h_test_dir(const struct criterion_test *t, char *buf,
+			      size_t len)
+{
+	snprintf(buf, len, "%s/%s", h_run_dir, t->name);
+}
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
 	const char *tmp = getenv("TMPDIR");
 
-	/* Short: socket paths inside it must fit sun_path (108 bytes). */
-	if (!tmp || !*tmp || strlen(tmp) > 40)
+	(void)set;
+	/* Short: socket paths in a test's folder must fit sun_path. */
+	if (!tmp || !*tmp || strlen(tmp) > 24)
 		tmp = "/tmp";
-	snprintf(h_dir, sizeof(h_dir), "%s/faultd-criu-XXXXXX", tmp);
+	snprintf(h_run_dir, sizeof(h_run_dir), "%s/faultd-criu-XXXXXX", tmp);
+	if (mkdtemp(h_run_dir))
+		setenv("FAULTD_CRIU_RUN", h_run_dir, 1);
+	else
+		h_run_dir[0] = '\0';
+}
+
+ReportHook(POST_FINI)(struct criterion_test_stats *st)
+{
+	char dir[256];
+
+	if (!h_run_dir[0])
+		return;
+	h_test_dir(st->test, dir, sizeof(dir));
+	if (access(dir, F_OK))
+		return;
+	if (st->test_status == CR_STATUS_FAILED)
+		h_keep_failed(st->test->name, dir,
+			      st->timed_out ? "timed out" : "failed");
+	else
+		h_remove(dir);
+}
+
+ReportHook(TEST_CRASH)(struct criterion_test_stats *st)
+{
+	char dir[256];
+
+	if (!h_run_dir[0])
+		return;
+	h_test_dir(st->test, dir, sizeof(dir));
+	if (!access(dir, F_OK))
+		h_keep_failed(st->test->name, dir, "crashed");
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *st)
+{
+	(void)st;
+	if (h_run_dir[0] && !getenv("FAULTD_CRIU_KEEP"))
+		rmdir(h_run_dir); /* only if nothing was kept in it */
+}
+
+/* The runner removes or keeps the folder (POST_FINI). */
+static inline void h_fini(void)
+{
+}
+#else
+static inline void h_fini(void)
+{
+	if (!h_dir[0])
+		return;
+	if (atomic_load(&shim_failed))
+		h_keep_failed("test", h_dir, "failed");
+	else
+		h_remove(h_dir);
+	h_dir[0] = '\0';
+}
+#endif
+
+static inline void h_setup(void)
+{
+#ifndef FAULTD_TEST_CRITERION_SHIM_H
+	const char *run = getenv("FAULTD_CRIU_RUN");
+
+	cr_assert(run, "the runner made no folder for the run (in TMPDIR)");
+	snprintf(h_dir, sizeof(h_dir), "%s/%s", run,
+		 criterion_current_test->name);
+	cr_assert_eq(mkdir(h_dir, 0755), 0, "mkdir %s", h_dir);
+#else
+	snprintf(h_dir, sizeof(h_dir), "/tmp/faultd-criu-XXXXXX");
 	cr_assert(mkdtemp(h_dir), "mkdtemp %s", h_dir);
-	/* Criterion runs .fini only after a test that ran to its end. */
-	cr_assert_eq(atexit(h_teardown), 0);
+#endif
 	cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 	cr_assert(getenv("CRIU"), "CRIU not set (run through meson test)");
 	cr_assert(getenv("FAULTD_CRIU_WORKLOAD"), "FAULTD_CRIU_WORKLOAD not set");
@@ -251,44 +455,38 @@ h_cmd(const char *fmt, ...)
 
 /*
  * Two network namespaces joined by a veth pair, A (a_ip) and B (b_ip),
- * named after the test's pid; removed by h_net_down(). fs.pipe-max-size
- * is raised to what CRIU's page server sizes its pipes to (819 pages,
- * rounded up: root here lacks CAP_SYS_RESOURCE) and set back after.
+ * named after the test's pid; removed by h_net_down().
  */
 struct h_net {
 	char a[32], b[32], a_ip[32], b_ip[32];
-	long pipe_max;		/* what fs.pipe-max-size was; 0: untouched */
 };
 
-#define H_PIPE_MAX_PATH "/proc/sys/fs/pipe-max-size"
-#define H_PIPE_NEED (4l << 20)
-
-static inline long h_sysctl_get(const char *path)
+/*
+ * CRIU's page server sizes its pipes with F_SETPIPE_SZ, and CRIU 4.2 goes
+ * on after a failure with a pipe it does not have (page-xfer.c ignores
+ * pipe_read_dest_init()'s error): faultd would read EIO. The suite holds
+ * fs.pipe-max-size at FAULTD_CRIU_PIPE_MAX at least (tests/meson.build,
+ * through tests/setting-hold, shared with any other run on the machine);
+ * a test never changes it, and skips when it finds less.
+ */
+static inline void h_pipe_max_check(void)
 {
-	FILE *f = fopen(path, "r");
-	long v = -1;
+	const char *need = getenv("FAULTD_CRIU_PIPE_MAX");
+	unsigned long have = setting_number("/proc/sys/fs/pipe-max-size");
 
-	if (f && fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	if (f)
-		fclose(f);
-	return v;
-}
-
-static inline int h_sysctl_set(const char *path, long v)
-{
-	FILE *f = fopen(path, "w");
-	int ok = f && fprintf(f, "%ld\n", v) > 0;
-
-	if (f && fclose(f))
-		ok = 0;
-	return ok ? 0 : -1;
+	cr_assert(need, "FAULTD_CRIU_PIPE_MAX not set (run through meson "
+		  "test)");
+	if (have < strtoul(need, NULL, 10))
+		cr_skip_test("fs.pipe-max-size is %lu, CRIU's page server "
+			     "needs %s: meson test holds it for the suite as "
+			     "root (tests/setting-hold)", have, need);
 }
 
 static inline void h_net_up(struct h_net *n)
 {
 	unsigned int id = (unsigned int)getpid();
 
+	h_pipe_max_check();
 	memset(n, 0, sizeof(*n));
 	snprintf(n->a, sizeof(n->a), "fdcA%u", id);
 	snprintf(n->b, sizeof(n->b), "fdcB%u", id);
@@ -312,17 +510,10 @@ static inline void h_net_up(struct h_net *n)
 	cr_assert_eq(h_cmd("ip -n %s link set fdvb%u up", n->b, id), 0);
 	cr_assert_eq(h_cmd("ip -n %s link set lo up", n->a), 0);
 	cr_assert_eq(h_cmd("ip -n %s link set lo up", n->b), 0);
-	n->pipe_max = h_sysctl_get(H_PIPE_MAX_PATH);
-	if (n->pipe_max > 0 && n->pipe_max < H_PIPE_NEED)
-		cr_assert_eq(h_sysctl_set(H_PIPE_MAX_PATH, H_PIPE_NEED), 0);
-	else
-		n->pipe_max = 0;
 }
 
 static inline void h_net_down(struct h_net *n)
 {
-	if (n->pipe_max > 0)
-		h_sysctl_set(H_PIPE_MAX_PATH, n->pipe_max);
 	if (n->a[0])
 		h_cmd("ip netns del %s", n->a);
 	if (n->b[0])

@@ -8,7 +8,9 @@
  *
  * It maps region 0 (MIB MiB, every word from workload.h's generator) and
  * region 1 (4 MiB, the first half of every 128 KiB written, the rest
- * never touched), writes its layout to the pipe FD ("region N ADDR LEN",
+ * never touched: MADV_NOHUGEPAGE, so that with transparent huge pages
+ * "always" no huge page makes the untouched halves zero data in a dump,
+ * which the tests read as holes), writes its layout to the pipe FD ("region N ADDR LEN",
  * "zombie PID", then "ready") and closes it, so that nothing ties it to
  * the test when CRIU dumps it. Then it waits for SIGUSR1 - sent by the
  * test once `criu restore` has returned; never a timer - and runs mode M:
@@ -182,6 +184,8 @@ static void fill(struct wl *w)
 {
 	w->r0 = map_anon(w->len);
 	w->r1 = map_anon(WL_SPARSE_LEN);
+	if (madvise(w->r1, WL_SPARSE_LEN, MADV_NOHUGEPAGE))
+		die("madvise");
 	wl_fill(w->seed, 0, 0, w->r0, w->len);
 	for (size_t off = 0; off < WL_SPARSE_LEN; off += WL_SPARSE_CHUNK)
 		wl_fill(w->seed, 1, off, w->r1 + off, WL_SPARSE_CHUNK / 2);
