@@ -19,11 +19,9 @@
 # NUMA_CHECK_SUITE=all|numa, NUMA_CHECK_TIMEOUT (seconds, default 900),
 # NUMA_CHECK_LOG (keep the console log there; default BUILD_DIR/
 # numa-check.log), NUMA_CHECK_ACCEL=kvm|tcg (default: kvm when the host
-# has hardware virtualization, kvm_intel or kvm_amd; tcg otherwise - a
-# /dev/kvm backed by kvm_pvm, as on the project's machines, runs a stock
-# kernel far slower than TCG: it did not leave the kernel's decompressor
-# in 5 minutes, where TCG boots in 10 s). Under TCG the guest's figures
-# are an emulator's: only where things ran counts, not how fast.
+# has hardware virtualization, tcg otherwise: see scripts/guest.sh). Under
+# TCG the guest's figures are an emulator's: only where things ran counts,
+# not how fast.
 # Needs: qemu-system-x86, a kernel in /boot (linux-image-amd64),
 # busybox-static, cpio; `make numa-check` installs the packages.
 set -euo pipefail
@@ -32,33 +30,17 @@ build=${1:-build}
 suite=${NUMA_CHECK_SUITE:-all}
 limit=${NUMA_CHECK_TIMEOUT:-900}
 log=${NUMA_CHECK_LOG:-$build/numa-check.log}
-kernel=${KERNEL:-$(ls -v /boot/vmlinuz-* 2>/dev/null | tail -1 || true)}
 
 die() { echo "numa-check: $*" >&2; exit 2; }
 
-[ -n "$kernel" ] && [ -r "$kernel" ] ||
-	die "no kernel in /boot (Debian: apt-get install linux-image-amd64)"
+. "$(dirname "$0")/guest.sh"
+guest_kernel || die "$guest_why"
+kernel=$guest_kernel
 [ -x "$build/bench/faultd-bench" ] && [ -x "$build/tests/test-numa" ] ||
 	die "$build is not built (ninja -C $build)"
-accel=${NUMA_CHECK_ACCEL:-}
-if [ -z "$accel" ]; then
-	accel=tcg
-	if [ -w /dev/kvm ] && { [ -d /sys/module/kvm_intel ] ||
-				[ -d /sys/module/kvm_amd ]; }; then
-		accel=kvm
-	fi
-fi
-case $accel in
-kvm)	cpu=host ;;
-tcg)	cpu=max accel=tcg,thread=multi ;;
-*)	die "NUMA_CHECK_ACCEL must be kvm or tcg" ;;
-esac
-for tool in qemu-system-x86_64 busybox cpio; do
-	command -v $tool >/dev/null || die "$tool is missing"
-done
-busybox=$(command -v busybox)
-ldd "$busybox" >/dev/null 2>&1 &&
-	die "$busybox is dynamically linked (Debian: busybox-static)"
+guest_accel "${NUMA_CHECK_ACCEL:-}" || die "NUMA_CHECK_ACCEL: $guest_why"
+accel=$guest_accel cpu=$guest_cpu
+guest_tools qemu-system-x86_64 busybox cpio || die "$guest_why"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -68,22 +50,12 @@ root=$work/root
 # The initramfs
 # ---------------------------------------------------------------------
 
-# Copy @1 and every shared library it loads, at the same paths.
 copy_with_libs() {
-	local lib
-
-	cp "$1" "$root/t/"
-	for lib in $(ldd "$1" | awk '/=> \// { print $3 } /^\t\// { print $1 }')
-	do
-		[ -e "$root$lib" ] || cp -L --parents "$lib" "$root"
-	done
+	guest_copy_with_libs "$1" "$root" t
 }
 
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,t}
-cp "$busybox" "$root/bin/busybox"
-for applet in $("$busybox" --list); do
-	[ "$applet" = busybox ] || ln -s busybox "$root/bin/$applet"
-done
+guest_busybox "$root"
+mkdir -p "$root/t"
 copy_with_libs "$build/bench/faultd-bench"
 # glibc dlopen()s libgcc_s for pthread_cancel (the bench's uffd-minimal):
 # ldd does not list it.
@@ -164,7 +136,7 @@ sync
 poweroff -f
 GUEST
 chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd"
+guest_initrd "$root" "$work/initrd"
 
 # ---------------------------------------------------------------------
 # The guest
@@ -184,7 +156,7 @@ timeout "$limit" qemu-system-x86_64 \
 	-kernel "$kernel" -initrd "$work/initrd" \
 	-append "console=ttyS0 quiet panic=-1 numa_check=$suite" \
 	-display none -monitor none -serial stdio -no-reboot </dev/null |
-	tr -d '\r' | sed -u 's/\x1b\[[0-9;]*m//g' | tee "$log" |
+	guest_console | tee "$log" |
 	grep --line-buffered '^@@ \(BEGIN\|END\)'
 qemu_rc=${PIPESTATUS[0]}
 set -e
