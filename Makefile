@@ -10,6 +10,9 @@
 #   make stress MINUTES=n  a long run of the stress and load suites
 #   make numa-check  the tests and placement on a two-node NUMA guest
 #               running the Debian 12 kernel (6.1), see scripts/
+#   make systemd-check  faultd's units and fd store under a real systemd
+#               (PID 1 of a guest): socket activation, kill -9, stop,
+#               restart, the start limit, the journal (scripts/)
 #
 # Every build directory this file sets up treats a warning as an error
 # (WERROR=false for a compiler newer than the one CI uses), as do the
@@ -27,7 +30,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 
 .PHONY: all deps build demo test check-inject check-sanitize check-fuzz \
-	bench bench-scaling numa-check stress clean
+	bench bench-scaling numa-check systemd-check stress clean
 
 all: build
 
@@ -100,6 +103,16 @@ numa-check: build
 	@FAULTD_EXTRA_PKGS="qemu-system-x86 linux-image-amd64 busybox-static \
 		cpio" sh scripts/deps.sh
 	bash scripts/numa-check.sh $(BUILD)
+
+# A guest with systemd as PID 1 and a minimal Debian root (made once with
+# mmdebstrap, cached in /var/cache/faultd): the build installed under its
+# prefix, faultd.socket enabled, a restore through it with the daemon
+# killed, stopped, restarted and its start limit hit (scripts/
+# systemd-check.sh; exit 77: skipped, with the reason).
+systemd-check: build
+	@FAULTD_EXTRA_PKGS="qemu-system-x86 linux-image-amd64 busybox-static \
+		cpio mmdebstrap e2fsprogs kmod" sh scripts/deps.sh
+	bash scripts/systemd-check.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(FI_BUILD) $(FUZZ_BUILD) build-asan build-tsan
