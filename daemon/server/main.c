@@ -33,7 +33,6 @@
 #include <systemd/sd-daemon.h>
 
 #include "server.h"
-#include "tools.h"
 
 /*
  * The socket systemd passed (LISTEN_PID and LISTEN_FDS, as sd_listen_fds(3)
@@ -74,8 +73,8 @@ static const char *socket_path(int ls, char *buf, size_t len)
 	return buf;
 }
 
-/* `faultd keeper`: started by faultd itself (keep.c). */
-static int keeper_cmd(int argc, char **argv)
+/* server_keeper() - `faultd keeper`: started by faultd itself (keep.c). */
+int server_keeper(int argc, char **argv)
 {
 	const char *sock = NULL;
 	unsigned int grace = 0;
@@ -233,16 +232,15 @@ static int serve(const struct front *front, int argc, char **argv)
 	return front->finish ? front->finish(ret == 1) : ret < 0 ? 1 : 0;
 }
 
-int main(int argc, char **argv)
+/*
+ * server_main() - `faultd [COMMAND] ...` for a front end's command (none:
+ * the faultd protocol's daemon). Returns the exit status.
+ */
+int server_main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
-	const struct front *front;
+	const struct front *front = front_by_command(cmd);
 
-	if (cmd && !strcmp(cmd, "keeper"))
-		return keeper_cmd(argc - 1, argv + 1);
-	if (cmd && !strcmp(cmd, "working-set"))
-		return wset_cmd(argc - 1, argv + 1);
-	front = front_by_command(cmd);
 	if (!front) {
 		server_usage(stderr);
 		return 2;

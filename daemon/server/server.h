@@ -20,6 +20,10 @@
 #include "internal.h"
 #include "proto.h"
 
+/* main.c */
+int server_main(int argc, char **argv);
+int server_keeper(int argc, char **argv);
+
 /* opts.c - the one command-line parser */
 int server_opts(const struct front *front, int argc, char **argv);
 void server_usage(FILE *f);
