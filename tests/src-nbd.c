@@ -1028,6 +1028,21 @@ Test(nbd, tls_with_a_psk)
  * Save and reopen; the identity.
  */
 
+struct reopen_arg {
+	const uint8_t *blob;
+	size_t len;
+	struct source **r;
+	int ret;
+};
+
+static void *reopen_main(void *arg)
+{
+	struct reopen_arg *a = arg;
+
+	a->ret = src_nbd_reopen(a->blob, a->len, a->r, why, sizeof(why));
+	return NULL;
+}
+
 Test(nbd, save_and_reopen)
 {
 	struct src_nbd_opts o = { .size = sizeof(o), .chunk = 128 * KIB,
@@ -1074,9 +1089,57 @@ Test(nbd, save_and_reopen)
 	cr_assert_eq(source_extent(r, 0, &e), 0);
 	cr_expect(e.kind == SRC_DATA && e.len == 2 * MIB);
 	cr_expect_lt(source_read(r, 0, b, HUGE), 0);
+	/* Saved again, it is still the export of the first blob: stale. */
+	free(blob);
+	len = src_nbd_save(r, NULL, 0);
+	blob = malloc(len);
+	cr_assert_eq(src_nbd_save(r, blob, len), len);
+	source_destroy(r);
+	cr_assert_eq(src_nbd_reopen(blob, len, &r, why, sizeof(why)), 0, "%s",
+		     why);
+	cr_expect(r->stale);
 	source_destroy(r);
 	free(blob);
 	free(b);
+}
+
+/* A restarted daemon reopens while the server is away: it waits for it
+ * (up to the deadline saved), and fails after the deadline. */
+Test(nbd, reopen_waits_for_the_server)
+{
+	struct src_nbd_opts o = { .size = sizeof(o),
+				  .retry = { .backoff_min_ms = 5,
+					     .backoff_max_ms = 50,
+					     .deadline_ms = 60000 } };
+	struct src_nbd_opts brief = { .size = sizeof(brief),
+				      .retry = { .deadline_ms = 300 } };
+	struct source *s, *r = NULL;
+	uint8_t blob[4096], blob2[4096];
+	size_t len, len2;
+	struct reopen_arg a;
+	pthread_t t;
+
+	mkfull(data_path, 2 * MIB);
+	serve_unix((const char *[]){ "file", data_path, NULL });
+	s = open_ok(uri, 0, PAGE, &o);
+	len = src_nbd_save(s, blob, sizeof(blob));
+	source_destroy(s);
+	s = open_ok(uri, 0, PAGE, &brief);
+	len2 = src_nbd_save(s, blob2, sizeof(blob2));
+	source_destroy(s);
+	cr_assert(len <= sizeof(blob) && len2 <= sizeof(blob2));
+	server_stop(&srv, SIGKILL);
+	unlink(sock_path);
+	/* Gone for good: fails, after its deadline. */
+	cr_expect_lt(src_nbd_reopen(blob2, len2, &r, why, sizeof(why)), 0);
+	/* Back while it waits: opens. */
+	a = (struct reopen_arg){ blob, len, &r, 1 };
+	cr_assert_eq(pthread_create(&t, NULL, reopen_main, &a), 0);
+	restart();
+	pthread_join(t, NULL);
+	cr_assert_eq(a.ret, 0, "reopen: %d (%s)", a.ret, why);
+	read_ok(r, 0, 2 * MIB, 0);
+	source_destroy(r);
 }
 
 Test(nbd, id_is_the_canonical_uri_and_the_export_size)

@@ -23,7 +23,10 @@ struct src_nbd {
 	struct source s;
 	struct nbd_set *set;
 	char *uri;			/* as the front end gave it */
-	uint64_t export_size;		/* when opened */
+	/* The export's size when the session began: a stale source keeps
+	 * the one it was saved with, so that saving it again keeps it
+	 * stale. */
+	uint64_t export_size;
 	struct nbd_dext *ext;		/* data, widened to pages; sorted */
 	size_t n;
 };
@@ -195,11 +198,11 @@ void src_nbd_set_log(void (*fn)(void *arg, const char *line), void *arg)
 /* ---- opening ---- */
 
 /* nbd.h: BLAKE2b-256 of the canonical URI and the export's size. */
-static int make_id(struct src_nbd *n, const char *canon)
+static int make_id(struct src_nbd *n, const struct nbd_set_info *info)
 {
 	char *msg;
-	int len = asprintf(&msg, "faultd nbd source 1\n%s\n%llu", canon,
-			   (unsigned long long)n->export_size);
+	int len = asprintf(&msg, "faultd nbd source 1\n%s\n%llu",
+			   info->canon, (unsigned long long)info->ex.size);
 
 	if (len < 0 || sodium_init() < 0)
 		return -ENOMEM;
@@ -258,7 +261,7 @@ static int nbd_open(const char *uri, uint64_t size, size_t page_size,
 	if (ret)
 		goto free_n;
 	info = nset_info(n->set);
-	n->export_size = info->ex.size;
+	n->export_size = saved ? saved : info->ex.size;
 	n->s = (struct source){ .ops = &nbd_ops, .page_size = page_size,
 				.stale = saved && saved != info->ex.size };
 	ret = n->s.stale ? 0 : size_check(info, &size, page_size, why,
@@ -267,7 +270,7 @@ static int nbd_open(const char *uri, uint64_t size, size_t page_size,
 	if (!ret)
 		ret = ext_build(n, info);
 	if (!ret)
-		ret = make_id(n, info->canon);
+		ret = make_id(n, info);
 	if (ret == -ENOMEM)
 		refuse(why, why_len, ret, "out of memory");
 	if (ret)
