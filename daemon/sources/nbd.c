@@ -392,8 +392,14 @@ static char *get_str(struct blob *b)
 		b->bad = true;
 		return NULL;
 	}
-	s = strndup((const char *)b->in + b->at, n);
-	b->bad |= !s;
+	/* Not strndup(): the blob's bytes end with no NUL. */
+	s = malloc((size_t)n + 1);
+	if (!s) {
+		b->bad = true;
+		return NULL;
+	}
+	memcpy(s, b->in + b->at, n);
+	s[n] = '\0';
 	b->at += n;
 	return s;
 }
