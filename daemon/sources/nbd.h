@@ -114,7 +114,7 @@ struct src_nbd_stats {
 	uint64_t failed_reads;	/* read() calls that returned -EIO */
 	struct retry_stats retry;
 	/* Gauges. */
-	uint64_t cached_bytes;	/* chunk memory held */
+	uint64_t cached_bytes;	/* chunk memory held, spare buffers too */
 	uint32_t queued;	/* chunks waiting for a connection */
 	uint32_t queued_urgent;	/* of which urgent */
 	uint32_t in_flight;	/* NBD reads sent, not answered */

@@ -13,6 +13,8 @@
 
 #include "nbd_int.h"
 
+#define SPARE_MAX 64		/* chunk buffers kept for use again */
+
 /* ---- lists ---- */
 
 static void list_del(struct nbd_chunk *c)
@@ -101,6 +103,27 @@ void ncache_hull(const struct nbd_set *set, uint64_t start,
 	*hi = *hi == end ? end : *hi & ~(mb - 1);
 }
 
+/*
+ * Chunk buffers are used again rather than given back: a fresh one costs
+ * a page fault and a cleared page per 4 KiB, a fifth of the CPU time of a
+ * sequential read. Spares count against the bound as chunks do.
+ */
+static char *buf_get_locked(struct nbd_set *set)
+{
+	return set->nspare ? set->spare[--set->nspare]
+			   : malloc(set->info.chunk);
+}
+
+static void buf_put_locked(struct nbd_set *set, char *buf)
+{
+	uint64_t held = set->cached + (set->nspare + 1ull) * set->info.chunk;
+
+	if (set->nspare < SPARE_MAX && held <= set->o.cache_bytes)
+		set->spare[set->nspare++] = buf;
+	else
+		free(buf);
+}
+
 void ncache_free_locked(struct nbd_set *set, struct nbd_chunk *c)
 {
 	list_del(c);
@@ -108,7 +131,7 @@ void ncache_free_locked(struct nbd_set *set, struct nbd_chunk *c)
 		table_del(set, c);
 	set->cached -= c->len;
 	pthread_cond_destroy(&c->cv);
-	free(c->buf);
+	buf_put_locked(set, c->buf);
 	free(c);
 }
 
@@ -135,7 +158,7 @@ static struct nbd_chunk *chunk_new_locked(struct nbd_set *set, uint64_t idx,
 	if (!c)
 		return NULL;
 	c->len = (uint32_t)min_u64(set->info.chunk, set->info.ex.size - start);
-	c->buf = malloc(c->len);
+	c->buf = buf_get_locked(set);
 	if (!c->buf) {
 		free(c);
 		return NULL;
@@ -315,3 +338,28 @@ struct nbd_chunk *ncache_pop_locked(struct nbd_set *set)
 	return c;
 }
 
+
+/* The chunk table: twice the chunks the cache holds, a power of two. */
+int ncache_init(struct nbd_set *set)
+{
+	uint64_t want = 2 * (set->o.cache_bytes / set->info.chunk), n = 1024;
+
+	while (n < want && n < (1ull << 24))
+		n *= 2;
+	set->table = calloc(n, sizeof(*set->table));
+	set->mask = n - 1;
+	set->spare = calloc(SPARE_MAX, sizeof(*set->spare));
+	return set->table && set->spare ? 0 : -ENOMEM;
+}
+
+/* Every chunk and spare buffer: no reader holds any, no read is sent. */
+void ncache_destroy(struct nbd_set *set)
+{
+	for (uint64_t i = 0; set->table && i <= set->mask; i++)
+		while (set->table[i])
+			ncache_free_locked(set, set->table[i]);
+	while (set->spare && set->nspare)
+		free(set->spare[--set->nspare]);
+	free(set->spare);
+	free(set->table);
+}

@@ -140,7 +140,9 @@ struct nbd_set {
 	uint64_t mask;
 	struct chunk_list urgent, normal, delayed, lru;
 	uint64_t seq;
-	uint64_t cached;
+	uint64_t cached;		/* bytes of the chunks */
+	char **spare;			/* chunk buffers to use again */
+	uint32_t nspare;
 	struct retry_link link;
 	bool changed;
 	uint32_t up, rr;
@@ -176,6 +178,8 @@ void ncache_fail_queued_locked(struct nbd_set *set);
 bool ncache_dead_locked(const struct nbd_set *set);
 uint64_t ncache_tick_locked(struct nbd_set *set, uint64_t now);
 void ncache_free_locked(struct nbd_set *set, struct nbd_chunk *c);
+int ncache_init(struct nbd_set *set);
+void ncache_destroy(struct nbd_set *set);
 
 /* nbd_io.c */
 void nio_dispatch_locked(struct nbd_set *set);

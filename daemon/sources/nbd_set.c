@@ -122,7 +122,7 @@ void nset_stats(struct nbd_set *set, struct src_nbd_stats *out)
 	for (uint32_t i = 0; i < set->nconns; i++)
 		inflight += set->conns[i].inflight;
 	*out = set->st;
-	out->cached_bytes = set->cached;
+	out->cached_bytes = set->cached + set->nspare * (uint64_t)set->info.chunk;
 	out->queued = set->urgent.n + set->normal.n + set->delayed.n;
 	out->queued_urgent = set->urgent.n;
 	out->in_flight = inflight;
@@ -339,18 +339,6 @@ static int chunk_pick(struct nbd_set *set, char *why, size_t why_len)
 	return 0;
 }
 
-/* The chunk table: twice the chunks the cache holds, a power of two. */
-static int table_alloc(struct nbd_set *set)
-{
-	uint64_t want = 2 * (set->o.cache_bytes / set->info.chunk), n = 1024;
-
-	while (n < want && n < (1ull << 24))
-		n *= 2;
-	set->table = calloc(n, sizeof(*set->table));
-	set->mask = n - 1;
-	return set->table ? 0 : -ENOMEM;
-}
-
 static int conn_init(struct nbd_set *set, struct nbd_conn *c)
 {
 	*c = (struct nbd_conn){ .set = set, .state = C_DOWN, .efd = -1 };
@@ -412,10 +400,7 @@ static void set_free(struct nbd_set *set)
 		free(c->slots);
 		pthread_cond_destroy(&c->idle);
 	}
-	for (uint64_t i = 0; set->table && i <= set->mask; i++)
-		while (set->table[i])
-			ncache_free_locked(set, set->table[i]);
-	free(set->table);
+	ncache_destroy(set);
 	free((void *)set->info.data);
 	nbd_uri_free(&set->target.uri);
 	opts_free(&set->o);
@@ -440,7 +425,7 @@ static int set_open(struct nbd_set *set, bool wait, char *why, size_t why_len)
 				       SRC_NBD_MAX_EXTENTS, &data,
 				       &set->info.ndata, why, why_len);
 	set->info.data = data;
-	if (!ret && table_alloc(set))
+	if (!ret && ncache_init(set))
 		ret = say(why, why_len, -ENOMEM, "out of memory");
 	if (!ret && (ret = conns_start(set, h)))
 		say(why, why_len, ret, "starting the connections: %s",

@@ -11,13 +11,17 @@
  *   flock /tmp/faultd-bench.lock nbd-bench [--size MiB] [--runs N]
  *
  * Prints one line per measurement: what, added latency, median MB/s of
- * the runs, and the spread. Needs root (network namespaces).
+ * the runs and their spread, and the client's CPU time per GB read (the
+ * source's process, or nbdcopy's). The runs of the variants alternate,
+ * so that a busy spell of the machine falls on all of them. Needs root
+ * (network namespaces).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +35,20 @@ static uint64_t size_mib = 512;
 static int runs = 3;
 static char dir[] = "/var/tmp/faultd-nbd-bench-XXXXXX";
 static char img[128], uri[128];
+
+/* One run: seconds (< 0: failed) and the client's CPU seconds. */
+struct result {
+	double s, cpu;
+};
+
+static double cpu_s(int who)
+{
+	struct rusage ru;
+
+	getrusage(who, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static double now_s(void)
 {
@@ -57,10 +75,10 @@ static int mkimage(void)
 	return close(fd);
 }
 
-/* nbdcopy of the export to null:, in seconds; < 0 on failure. */
-static double run_nbdcopy(void)
+/* nbdcopy of the export to null:. */
+static struct result run_nbdcopy(void)
 {
-	double t0 = now_s();
+	double t0 = now_s(), c0 = cpu_s(RUSAGE_CHILDREN);
 	pid_t pid = fork();
 	int st;
 
@@ -70,8 +88,8 @@ static double run_nbdcopy(void)
 	}
 	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
 	    WEXITSTATUS(st))
-		return -1;
-	return now_s() - t0;
+		return (struct result){ -1, 0 };
+	return (struct result){ now_s() - t0, cpu_s(RUSAGE_CHILDREN) - c0 };
 }
 
 struct job {
@@ -102,19 +120,19 @@ static void *job_main(void *arg)
 	return NULL;
 }
 
-/* The source reading it all: seconds; < 0 on failure. */
-static double run_source(const struct src_nbd_opts *o, uint64_t run,
-			 unsigned int threads, unsigned int ahead)
+/* The source reading it all. */
+static struct result run_source(const struct src_nbd_opts *o, uint64_t run,
+				unsigned int threads, unsigned int ahead)
 {
+	double t0 = now_s(), c0 = cpu_s(RUSAGE_SELF), t;
 	struct job j[8];
 	struct source *s;
 	char why[256];
-	double t0 = now_s(), t;
 	int err = 0;
 
 	if (src_nbd_open(uri, 0, 4096, o, &s, why, sizeof(why))) {
 		fprintf(stderr, "open: %s\n", why);
-		return -1;
+		return (struct result){ -1, 0 };
 	}
 	for (unsigned int i = 0; i < threads; i++) {
 		j[i] = (struct job){ .s = s, .run = run, .nthreads = threads,
@@ -127,27 +145,31 @@ static double run_source(const struct src_nbd_opts *o, uint64_t run,
 	}
 	t = now_s() - t0;
 	source_destroy(s);
-	return err ? -1 : t;
+	return (struct result){ err ? -1 : t, cpu_s(RUSAGE_SELF) - c0 };
 }
 
-static int cmp_d(const void *a, const void *b)
+static int cmp_s(const void *a, const void *b)
 {
-	double x = *(const double *)a, y = *(const double *)b;
+	double x = ((const struct result *)a)->s;
+	double y = ((const struct result *)b)->s;
 
 	return x < y ? -1 : x > y;
 }
 
-static void report(const char *what, int delay, double *t)
+static void report(const char *what, int delay, struct result *t)
 {
-	double mb = (double)size_mib * MIB / 1e6;
+	double gb = (double)size_mib * MIB / 1e9, cpu = 0;
 
-	qsort(t, (size_t)runs, sizeof(*t), cmp_d);
-	if (t[0] < 0) {
-		printf("%-44s %d ms  failed\n", what, delay);
+	qsort(t, (size_t)runs, sizeof(*t), cmp_s);
+	if (t[0].s < 0) {
+		printf("%-46s %d ms  failed\n", what, delay);
 		return;
 	}
-	printf("%-44s %d ms  %7.1f MB/s  (%.1f-%.1f)\n", what, delay,
-	       mb / t[runs / 2], mb / t[runs - 1], mb / t[0]);
+	for (int r = 0; r < runs; r++)
+		cpu += t[r].cpu / runs;
+	printf("%-46s %d ms  %7.1f MB/s  (%.1f-%.1f)  cpu %.2f s/GB\n",
+	       what, delay, gb * 1e3 / t[runs / 2].s,
+	       gb * 1e3 / t[runs - 1].s, gb * 1e3 / t[0].s, cpu / gb);
 	fflush(stdout);
 }
 
@@ -169,12 +191,14 @@ static const struct variant variants[] = {
 	  { .chunk = 1 << 20 }, 4 * MIB, 2, 4 },
 };
 
+#define NV (sizeof(variants) / sizeof(variants[0]))
+
 static int measure(struct netns *ns, int delay)
 {
 	const char *args[12] = { "-i", NETNS_SERVER, "-p", "10809" };
+	struct result copy[16], src[NV][16];
 	char err[256], rd[32];
 	struct server srv;
-	double t[16];
 	size_t n = 4;
 
 	if (delay) {
@@ -190,19 +214,20 @@ static int measure(struct netns *ns, int delay)
 		fprintf(stderr, "nbdkit: %s\n", err);
 		return -1;
 	}
-	for (int r = 0; r < runs; r++)
-		t[r] = run_nbdcopy();
-	report("nbdcopy URI null:", delay, t);
-	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
-		struct src_nbd_opts o = variants[v].o;
+	for (int r = 0; r < runs; r++) {
+		copy[r] = run_nbdcopy();
+		for (size_t v = 0; v < NV; v++) {
+			struct src_nbd_opts o = variants[v].o;
 
-		o.size = sizeof(o);
-		for (int r = 0; r < runs; r++)
-			t[r] = run_source(&o, variants[v].run,
-					  variants[v].threads,
-					  variants[v].ahead);
-		report(variants[v].name, delay, t);
+			o.size = sizeof(o);
+			src[v][r] = run_source(&o, variants[v].run,
+					       variants[v].threads,
+					       variants[v].ahead);
+		}
 	}
+	report("nbdcopy URI null:", delay, copy);
+	for (size_t v = 0; v < NV; v++)
+		report(variants[v].name, delay, src[v]);
 	server_free(&srv);
 	return 0;
 }
