@@ -145,7 +145,7 @@ static ssize_t nbd_read(struct source *s, uint64_t off, void *buf, size_t len,
 
 	if (!ret)
 		ret = nset_read(n->set, off, buf, len,
-				   flags & SRC_READ_URGENT);
+				flags & SRC_READ_URGENT);
 	if (ret == -ENOMEM)
 		ret = -EIO;
 	return ret ? ret : (ssize_t)len;

@@ -44,9 +44,9 @@
 /* 0 or NULL in a field: its default. */
 struct src_nbd_opts {
 	size_t size;			/* sizeof(struct src_nbd_opts) */
-	uint32_t conns;			/* at most; default 4 (1 without multi-conn) */
+	uint32_t conns;			/* default 4; 1 without multi-conn */
 	uint32_t depth;			/* reads in flight per connection; 16 */
-	uint32_t chunk;			/* bytes per fetch, a power of two; 256 KiB */
+	uint32_t chunk;			/* bytes a fetch, a power of 2; 256 KiB */
 	uint64_t cache_bytes;		/* the cache's bound; 256 MiB */
 	uint32_t io_timeout_ms;		/* no answer this long: lost; 10000 */
 	uint32_t connect_timeout_ms;	/* one attempt to connect; 10000 */

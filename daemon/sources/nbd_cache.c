@@ -79,7 +79,7 @@ static void table_del(struct nbd_set *set, struct nbd_chunk *c)
 
 /* The hull of the data in [start, end), cut to whole minimum blocks. */
 void ncache_hull(const struct nbd_set *set, uint64_t start,
-		       uint64_t end, uint64_t *lo, uint64_t *hi)
+		 uint64_t end, uint64_t *lo, uint64_t *hi)
 {
 	const struct nbd_dext *d = set->info.data;
 	uint64_t mb = set->info.align;
@@ -208,7 +208,7 @@ static void chunk_touch_locked(struct nbd_set *set, struct nbd_chunk *c,
 /* The chunk @idx, made and queued if it is not in the table. NULL: no
  * memory, or (GET_AHEAD) no room. */
 struct nbd_chunk *ncache_get_locked(struct nbd_set *set, uint64_t idx,
-					  enum get_mode m)
+				    enum get_mode m)
 {
 	struct nbd_chunk *c = table_find(set, idx);
 
@@ -253,7 +253,7 @@ static void chunk_fail_locked(struct nbd_set *set, struct nbd_chunk *c)
 /* The server answered @c with @err: ask again after the backoff, or give
  * it up (retry.h). */
 void ncache_error_locked(struct nbd_set *set, struct nbd_chunk *c,
-			       int err)
+			 int err)
 {
 	uint64_t start = c->idx << set->shift;
 	char what[64];
@@ -272,7 +272,7 @@ void ncache_error_locked(struct nbd_set *set, struct nbd_chunk *c,
 
 /* Back in its queue, @front: ahead of what is there (a lost send). */
 void ncache_requeue_locked(struct nbd_set *set, struct nbd_chunk *c,
-				 bool front)
+			   bool front)
 {
 	c->state = CH_QUEUED;
 	list_add(c->urgent ? &set->urgent : &set->normal, c, front);

@@ -93,10 +93,10 @@ static int conn_step(struct nbd_handle *h, uint64_t deadline, int wake_fd,
 		     const atomic_bool *stop)
 {
 	unsigned int dir = (unsigned int)nbd_aio_get_direction(h);
+	short ev = (short)((dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+			   (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0));
 	struct pollfd p[2] = {
-		{ .fd = nbd_aio_get_fd(h),
-		  .events = (short)((dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
-			    (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0)) },
+		{ .fd = nbd_aio_get_fd(h), .events = ev },
 		{ .fd = wake_fd, .events = POLLIN },
 	};
 	uint64_t now = retry_now_ns();
@@ -140,9 +140,9 @@ static void export_info(struct nbd_handle *h, struct nbd_export *ex)
 }
 
 int nconn_connect(const struct nbd_target *t, uint32_t timeout_ms,
-		     int wake_fd, const atomic_bool *stop,
-		     struct nbd_handle **hp, struct nbd_export *ex,
-		     char *why, size_t why_len)
+		  int wake_fd, const atomic_bool *stop,
+		  struct nbd_handle **hp, struct nbd_export *ex,
+		  char *why, size_t why_len)
 {
 	uint64_t deadline = retry_now_ns() + timeout_ms * MS;
 	struct nbd_handle *h = nbd_create();
@@ -252,8 +252,8 @@ static int conn_wait(struct nbd_handle *h, int64_t cookie,
 }
 
 int nconn_extents(struct nbd_handle *h, const struct nbd_export *ex,
-		     uint32_t timeout_ms, size_t max, struct nbd_dext **out,
-		     size_t *n, char *why, size_t why_len)
+		  uint32_t timeout_ms, size_t max, struct nbd_dext **out,
+		  size_t *n, char *why, size_t why_len)
 {
 	struct ext_scan s = { .max = max };
 	/* Requests in whole minimum blocks; a tail past the last is data. */

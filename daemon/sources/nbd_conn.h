@@ -40,9 +40,9 @@ struct nbd_export {
  * said in @why.
  */
 int nconn_connect(const struct nbd_target *t, uint32_t timeout_ms,
-		     int wake_fd, const atomic_bool *stop,
-		     struct nbd_handle **hp, struct nbd_export *ex,
-		     char *why, size_t why_len);
+		  int wake_fd, const atomic_bool *stop,
+		  struct nbd_handle **hp, struct nbd_export *ex,
+		  char *why, size_t why_len);
 
 /* [start, end) of the export that holds data (not known to be zeros). */
 struct nbd_dext {
@@ -56,7 +56,7 @@ struct nbd_dext {
  * all. Within @timeout_ms per request. Returns 0 or -errno with @why.
  */
 int nconn_extents(struct nbd_handle *h, const struct nbd_export *ex,
-		     uint32_t timeout_ms, size_t max, struct nbd_dext **out,
-		     size_t *n, char *why, size_t why_len);
+		  uint32_t timeout_ms, size_t max, struct nbd_dext **out,
+		  size_t *n, char *why, size_t why_len);
 
 #endif /* FAULTD_SRC_NBD_CONN_H */

@@ -363,7 +363,7 @@ static void conn_reconnect_locked(struct nbd_conn *c)
 		timeout = (uint32_t)min_u64(timeout, (until - now) / MS + 1);
 	pthread_mutex_unlock(&set->lock);
 	ret = nconn_connect(&set->target, timeout, c->efd, &set->stopping,
-			       &h, &ex, why, sizeof(why));
+			    &h, &ex, why, sizeof(why));
 	pthread_mutex_lock(&set->lock);
 	if (!ret)
 		conn_made_locked(c, h, &ex);

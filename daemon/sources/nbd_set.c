@@ -56,7 +56,7 @@ static int chunk_copy_locked(struct nbd_set *set, struct nbd_chunk *c,
 }
 
 int nset_read(struct nbd_set *set, uint64_t off, void *buf, size_t len,
-		 bool urgent)
+	      bool urgent)
 {
 	uint64_t first = off >> set->shift;
 	size_t n = (size_t)(((off + len - 1) >> set->shift) - first + 1), got;
@@ -72,7 +72,7 @@ int nset_read(struct nbd_set *set, uint64_t off, void *buf, size_t len,
 		err = -EIO;
 	for (got = 0; !err && got < n; got++) {
 		cs[got] = ncache_get_locked(set, first + got,
-					   urgent ? GET_URGENT : GET_READ);
+					    urgent ? GET_URGENT : GET_READ);
 		if (!cs[got])
 			err = -ENOMEM;
 	}
@@ -98,12 +98,12 @@ void nset_willneed(struct nbd_set *set, uint64_t off, uint64_t len)
 	uint64_t end = min_u64(off + len, set->info.ex.size), lo, hi;
 
 	pthread_mutex_lock(&set->lock);
-	for (uint64_t i = off >> set->shift;
-	     !ncache_dead_locked(set) && off < end && i << set->shift < end; i++) {
+	for (uint64_t i = off >> set->shift; off < end && i << set->shift < end &&
+	     !ncache_dead_locked(set); i++) {
 		uint64_t start = i << set->shift;
 
 		ncache_hull(set, start, min_u64(start + set->info.chunk,
-					       set->info.ex.size), &lo, &hi);
+						set->info.ex.size), &lo, &hi);
 		if (lo < hi && !ncache_get_locked(set, i, GET_AHEAD))
 			break;
 	}
@@ -301,7 +301,7 @@ static int connect_first(struct nbd_set *set, bool wait,
 		struct timespec ts;
 
 		ret = nconn_connect(&set->target, set->o.connect_timeout_ms,
-				       -1, NULL, h, ex, why, why_len);
+				    -1, NULL, h, ex, why, why_len);
 		now = retry_now_ns();
 		if (!ret || !wait || now >= end)
 			return ret;
@@ -422,8 +422,8 @@ static int set_open(struct nbd_set *set, bool wait, char *why, size_t why_len)
 	ret = chunk_pick(set, why, why_len);
 	if (!ret)
 		ret = nconn_extents(h, &set->info.ex, set->o.io_timeout_ms,
-				       SRC_NBD_MAX_EXTENTS, &data,
-				       &set->info.ndata, why, why_len);
+				    SRC_NBD_MAX_EXTENTS, &data,
+				    &set->info.ndata, why, why_len);
 	set->info.data = data;
 	if (!ret && ncache_init(set))
 		ret = say(why, why_len, -ENOMEM, "out of memory");
@@ -454,7 +454,7 @@ static void reg_del_locked(struct nbd_set *set)
 }
 
 int nset_get(const char *uri, const struct src_nbd_opts *o, bool wait,
-		struct nbd_set **out, char *why, size_t why_len)
+	     struct nbd_set **out, char *why, size_t why_len)
 {
 	struct nbd_set *set = NULL, *s;
 	int ret = set_alloc(uri, o, &set, why, why_len);

@@ -35,7 +35,7 @@ struct nbd_set_info {
  * *out, or -errno with @why as src_nbd_open().
  */
 int nset_get(const char *uri, const struct src_nbd_opts *o, bool wait,
-		struct nbd_set **out, char *why, size_t why_len);
+	     struct nbd_set **out, char *why, size_t why_len);
 
 /* Drop a reference; the last stops the connections and frees it all. */
 void nset_put(struct nbd_set *set);
@@ -49,7 +49,7 @@ const struct nbd_set_info *nset_info(const struct nbd_set *set);
  * chunks came or were given up (retry.h).
  */
 int nset_read(struct nbd_set *set, uint64_t off, void *buf, size_t len,
-		 bool urgent);
+	      bool urgent);
 
 /* Queue the chunks of [off, off + len) that hold data, while the cache
  * has room for them without dropping any that a read holds. */
