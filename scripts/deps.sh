@@ -10,6 +10,7 @@ liburing-dev libnuma-dev liburcu-dev libhugetlbfs-dev libcriterion-dev
 libsystemd-dev
 libprotobuf-c-dev protobuf-c-compiler libsodium-dev iproute2 libssl-dev
 g++ mandoc clang libclang-rt-dev
+libnbd-dev libnbd-bin nbdkit nginx
 ${FAULTD_EXTRA_PKGS:-}"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -10,6 +10,7 @@
 #include "criu.h"
 #include "file.h"
 #include "image.h"
+#include "nbd.h"
 #include "source.h"
 
 static const struct source_type src_stale_type;
@@ -21,6 +22,7 @@ static const struct source_type *const types[] = {
 	&src_criu_type,
 	&src_criu_ps_type,
 	&src_stale_type,
+	&src_nbd_type,
 };
 
 const struct source_type *source_type_by_id(uint16_t id)
