@@ -618,6 +618,59 @@ Test(daemon, events_during_restore)
 	cr_assert(daemon_alive());
 }
 
+/*
+ * A child the client forked has a userfaultfd only the daemon holds (it
+ * came with the FORK event): when the client ended its session, the
+ * daemon closed it, and every page the child had not read yet read as
+ * zeros. The session now pushes the child's pages before it ends.
+ */
+Test(daemon, forked_child_is_served_after_its_parent_goes)
+{
+	size_t len = 8 * MIB;
+	const char *img = make_image("forkgo", len, TAG);
+	struct raw c = raw_client(img, len, UFFD_FEATURE_EVENT_FORK);
+	struct proto_range whole = { (uintptr_t)c.base, len, 0 };
+	int fds[2] = { c.uffd, c.image }, read1[2], go[2], status;
+	pid_t pid;
+	char k;
+
+	cr_assert_eq(raw_register_with(&c, &whole, 1, fds, 2, PROTO_REG_LAZY,
+				       NULL), 0);
+	cr_assert_eq(pipe(read1), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		/* Its first page served: its space is the daemon's now. The
+		 * parent's connection and userfaultfd are the parent's. */
+		int bad = pattern_check(TAG, 0, c.base, 4096);
+
+		close(c.sock);
+		close(c.uffd);
+
+		(void)!write(read1[1], "", 1);
+		if (read(go[0], &k, 1) != 1)
+			_exit(3);
+		bad += pattern_check(TAG, 0, c.base, len) != 0;
+		_exit(bad ? 1 : 0);
+	}
+	cr_assert_eq(read(read1[0], &k, 1), 1);
+	raw_close(&c); /* the session ends: its peer is gone */
+	/* Gone from the daemon's list only once it has ended, its threads
+	 * stopped and its descriptors (the child's userfaultfd too) closed
+	 * - then the child reads the rest. */
+	for (uint64_t end = test_now_ns() + 30000000000ull;
+	     daemon_sessions(); usleep(1000))
+		cr_assert(test_now_ns() < end, "the session did not end");
+	cr_assert_eq(write(go[1], "", 1), 1);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && !WEXITSTATUS(status),
+		  "the child read %s (status %#x)",
+		  WIFEXITED(status) && WEXITSTATUS(status) == 1
+			  ? "wrong content, zeros" : "nothing", status);
+	cr_assert(daemon_alive());
+}
+
 /* ------------------------------------------------------------------------
  * Authenticated images
  */

@@ -161,6 +161,7 @@ int session_run(struct session *s);
 void session_settle(struct session *s);
 void session_unsettle(struct session *s);
 void session_peer_done(struct session *s);
+void session_end(struct session *s);
 void session_stop(struct session *s);
 void session_free(struct session *s);
 bool session_all_in(const struct session *s);

@@ -61,6 +61,8 @@ struct space {
 	uint64_t nr_pages;	/* tracked pages */
 	atomic_uint_fast64_t pending; /* tracked pages not done */
 	atomic_bool dead;	/* its process is gone */
+	bool forked;		/* a child's, from a FORK event: nobody but
+				   the daemon holds its userfaultfd */
 	/* Recording (session->rec): tracked pages whose first fault is
 	 * noted, and the space's index in the record; NULL: not noted. */
 	_Atomic uint64_t *seen;
@@ -101,6 +103,11 @@ struct session {
 
 	atomic_bool stop;
 	atomic_bool running;
+	/* Asked to end (session_end()): once its forked children have every
+	 * page, it stops. Draining: its own spaces are left to the peer,
+	 * the push runs for the children's. */
+	atomic_bool end_asked;
+	atomic_bool draining;
 	/* Every range the peer will register is registered: a page that
 	 * is in no registered mapping (ENOENT) is gone, not yet to come.
 	 * False while CRIU restores (until RSTF). */

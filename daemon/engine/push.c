@@ -283,13 +283,18 @@ static void *push_main(void *arg)
 	replay_run(s, p->k, PUSH_SLOT(p));
 	while (!atomic_load(&s->stop) && replay_busy(s))
 		push_wait(s, 10);
-	while (!atomic_load(&s->stop) && s->o.push) {
-		if (s->o.push_after_first && !atomic_load(&s->first_fault_ns)) {
+	while (!atomic_load(&s->stop) &&
+	       (s->o.push || atomic_load(&s->draining))) {
+		bool draining = atomic_load(&s->draining);
+
+		if (!draining && s->o.push_after_first &&
+		    !atomic_load(&s->first_fault_ns)) {
 			push_wait(s, 1000);
 			continue;
 		}
 		/* A record the push would leave pages out of. */
-		if (s->o.push_after_record && atomic_load(&s->rec_open)) {
+		if (!draining && s->o.push_after_record &&
+		    atomic_load(&s->rec_open)) {
 			push_wait(s, 1000);
 			continue;
 		}
@@ -316,10 +321,15 @@ static void *push_main(void *arg)
 	return NULL;
 }
 
-/* Start the push threads, if the session pushes or replays a set. */
+/* Start the push threads, if the session pushes, replays a set, or
+ * drains its forked children; none when they run already. */
 int push_start(struct session *s)
 {
-	bool want = s->o.push || s->o.wset_path || s->o.wset_fd > 0;
+	bool want = s->o.push || s->o.wset_path || s->o.wset_fd > 0 ||
+		    atomic_load(&s->draining);
+
+	if (s->nr_pushers)
+		return 0;
 
 	for (unsigned int k = 0; k < PUSHERS && want; k++) {
 		struct pusher *p = calloc(1, sizeof(*p));

@@ -47,6 +47,8 @@ static atomic_bool stopping;	/* the daemon stops */
 static atomic_uint kept_for_next;
 static atomic_uint_fast64_t next_id = 1;
 
+static void end_or_drain(struct session *s);
+
 /* epoll tags of the control loop: a space's pidfd has the space itself. */
 static char tag_peer, tag_wake;
 
@@ -676,7 +678,9 @@ static void control_loop(struct session *s)
 
 		for (int i = 0; i < n; i++)
 			if (!control_event(s, &ev[i]))
-				session_stop(s);
+				session_end(s);
+		if (atomic_load(&s->end_asked))
+			end_or_drain(s);
 		/* Every page in: nothing can fault for the first time any
 		 * more, and the record is whole before the peer hears of it
 		 * (a recording session only). Or the front end ends it. */
@@ -751,7 +755,74 @@ int session_run(struct session *s)
 	return ret;
 }
 
-/* End @s: its threads leave their loops. Context: any thread. */
+/* Do its forked children still need pages only the daemon can give? */
+static bool forks_pending(struct session *s)
+{
+	bool any = false;
+
+	pthread_rwlock_rdlock(&s->spaces_lock);
+	for (struct space *sp = s->spaces; sp && !any; sp = sp->next)
+		any = sp->forked && !atomic_load(&sp->dead) &&
+		      atomic_load(&sp->pending);
+	pthread_rwlock_unlock(&s->spaces_lock);
+	return any;
+}
+
+/*
+ * The peer's own spaces are its to serve from now on: the handlers stop
+ * reading them, and nothing of them is pending. Context: the control
+ * loop.
+ */
+static void drain_begin(struct session *s)
+{
+	pthread_rwlock_rdlock(&s->spaces_lock);
+	for (struct space *sp = s->spaces; sp; sp = sp->next)
+		if (!sp->forked) {
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, sp->uffd, NULL);
+			space_mark_gone(sp);
+		}
+	pthread_rwlock_unlock(&s->spaces_lock);
+	atomic_store(&s->draining, true);
+	dlog(LOG_INFO, "%s: its peer is gone: the pages its forked children "
+	     "still lack are pushed before it ends", session_name(s));
+	if (push_start(s))
+		dlog(LOG_WARNING, "%s: no push thread: its forked children's "
+		     "pages are served as they fault only", session_name(s));
+	pthread_cond_broadcast(&s->push_cond);
+}
+
+/*
+ * The session was asked to end: it stops, unless a forked child of its
+ * peer still needs pages that only the daemon holds (the child's
+ * userfaultfd came with the FORK event; closed, it would read zeros):
+ * then it drains first. A session whose spaces are kept for the next
+ * daemon does not drain: that daemon serves them. Context: the control
+ * loop.
+ */
+static void end_or_drain(struct session *s)
+{
+	bool for_good = !daemon_stopping() || !s->fe->front_id ||
+			s->fe->takeover;
+
+	if (!for_good || !forks_pending(s)) {
+		session_stop(s);
+		return;
+	}
+	if (!atomic_load(&s->draining))
+		drain_begin(s);
+}
+
+/*
+ * session_end() - ask @s to end: once its peer's forked children have
+ * every page, or at once (end_or_drain()). Context: any thread.
+ */
+void session_end(struct session *s)
+{
+	atomic_store(&s->end_asked, true);
+	session_wake(s);
+}
+
+/* End @s now: its threads leave their loops. Context: any thread. */
 void session_stop(struct session *s)
 {
 	uint64_t one = 1;
@@ -816,7 +887,7 @@ void sessions_stop_all(void)
 	atomic_store(&stopping, true);
 	pthread_mutex_lock(&sessions_lock);
 	for (struct session *s = sessions; s; s = s->next)
-		session_stop(s);
+		session_end(s);
 	pthread_mutex_unlock(&sessions_lock);
 }
 

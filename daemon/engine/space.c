@@ -1455,6 +1455,7 @@ int space_fork_locked(struct space *sp, int ufd, struct space **childp)
 	c->id = sp->id;
 	c->src_index = sp->src_index;
 	c->around = sp->around;
+	c->forked = true;
 	c->nr = c->cap = sp->nr;
 	c->nseg = sp->nseg;
 	c->nr_pages = sp->nr_pages;
