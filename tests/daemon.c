@@ -417,6 +417,51 @@ static int raw_register_with(struct raw *c, const struct proto_range *r,
 	return u.h.type == MSG_ACK ? 0 : u.err.err;
 }
 
+/* sendmsg() of @msg with @nfds descriptors, up to 8: more than
+ * proto_send() sends, as a hostile client would. 0 or -errno. */
+static int send_fds(int s, const void *msg, size_t len, const int *fds,
+		    unsigned int nfds)
+{
+	union {
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl = { { 0 } };
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = ctl.buf,
+			    .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	return sendmsg(s, &m, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -errno;
+}
+
+/* REGISTER of one range with @flags and @nfds (up to 8) descriptors; the
+ * reply's error (0: ACK). */
+static int raw_register_fds(struct raw *c, const struct proto_range *r,
+			    const int *fds, unsigned int nfds, uint32_t flags)
+{
+	union reg_msg m = { 0 };
+	union {
+		struct proto_hdr h;
+		struct proto_error err;
+	} u;
+	ssize_t len;
+
+	proto_init(&m.reg.h, MSG_REGISTER,
+		   sizeof(m.reg) + sizeof(m.reg.r[0]));
+	m.reg.nr_ranges = 1;
+	m.reg.flags = flags;
+	m.reg.r[0] = *r;
+	cr_assert_eq(send_fds(c->sock, &m, m.reg.h.len, fds, nfds), 0);
+	len = proto_recv(c->sock, &u, sizeof(u), NULL, 0, NULL);
+	cr_assert_gt(len, 0);
+	return u.h.type == MSG_ACK ? 0 : u.err.err;
+}
+
 static int raw_register(struct raw *c, const struct proto_range *r,
 			unsigned int n, const int *fds, unsigned int nfds)
 {
@@ -1393,6 +1438,32 @@ Test(daemon, working_set_descriptors_are_checked)
 				       PROTO_REG_RECORD | PROTO_REG_WSET, NULL),
 		     -EPROTO, "fewer descriptors than the flags say");
 	raw_close(&c);
+	/* More than the flags say, even within the eight a packet may
+	 * carry: the daemon used to serve it with the first four. */
+	for (unsigned int extra = 1; extra <= 4; extra++) {
+		int more[8];
+		int wr = open(path_of("rec.ws"), O_RDWR | O_CREAT | O_CLOEXEC,
+			      0600);
+		int set = open(path_of("empty.ws"),
+			       O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+		cr_assert(wr >= 0 && set >= 0);
+		c = raw_client(img, len, 0);
+		more[0] = c.uffd;
+		more[1] = c.image;
+		more[2] = wr;
+		more[3] = set;
+		for (unsigned int i = 0; i < extra; i++)
+			more[4 + i] = ro;
+		cr_assert_eq(raw_register_fds(&c, &whole, more, 4 + extra,
+					      PROTO_REG_LAZY | PROTO_REG_RECORD |
+						      PROTO_REG_WSET),
+			     -EPROTO, "%u descriptors more than the flags say",
+			     extra);
+		raw_close(&c);
+		close(wr);
+		close(set);
+	}
 	close(ro);
 	close(p[0]);
 	close(p[1]);

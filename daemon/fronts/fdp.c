@@ -519,9 +519,10 @@ static enum conn_next fdp_input(struct conn *c)
 	const struct proto_hdr *h = (const void *)msg_buf;
 	const char *why;
 	unsigned int nfds = 0;
-	int fds[PROTO_REG_MAX_FDS];
+	/* One more than a REGISTER may carry: one too many is seen. */
+	int fds[PROTO_REG_MAX_FDS + 1];
 	ssize_t n = proto_recv_checked(c->sock, msg_buf, sizeof(msg_buf), fds,
-				       PROTO_REG_MAX_FDS, &nfds, &why);
+				       PROTO_REG_MAX_FDS + 1, &nfds, &why);
 
 	if (n == -EAGAIN)
 		return CONN_WAIT;
