@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -13,6 +15,23 @@
 
 #include "common.h"
 #include "internal.h"
+
+/*
+ * why_set() - the reason of an error, for a caller that answers with a
+ * sentence: printed into @why (@why_len bytes; NULL or 0: nowhere).
+ * Returns @err, so that `return why_set(why, len, -EINVAL, ...)` reads.
+ */
+int why_set(char *why, size_t why_len, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why || !why_len)
+		return err;
+	va_start(ap, fmt);
+	vsnprintf(why, why_len, fmt, ap);
+	va_end(ap);
+	return err;
+}
 
 uint64_t now_ms(void)
 {

@@ -18,6 +18,7 @@
 #define FAULTD_DAEMON_COMMON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <syslog.h>
 
@@ -35,6 +36,8 @@ void log_set_verbosity(int verbose);
 bool log_enabled(int level);
 
 /* common.c */
+int why_set(char *why, size_t why_len, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 uint64_t now_ms(void);
 void daemon_std_fds(void);
 void daemon_raise_nofile(void);

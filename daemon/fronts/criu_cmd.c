@@ -220,7 +220,7 @@ static int open_sources(const struct lp_opts *o)
 	char *dir = ret ? NULL : realpath(o->dir, NULL);
 
 	if (!ret && (!dir || strlen(dir) >= sizeof(lp.dir)))
-		ret = criu_why(why, sizeof(why), dir ? -ENAMETOOLONG : -errno,
+		ret = why_set(why, sizeof(why), dir ? -ENAMETOOLONG : -errno,
 			       "%s: %s", o->dir,
 			       strerror(dir ? ENAMETOOLONG : errno));
 	if (!ret)

@@ -47,7 +47,7 @@ static int abs_path_ok(const char *path, size_t max, char *why,
 {
 	if (path[0] == '/' && strlen(path) < max)
 		return 0;
-	return criu_why(why, why_len, -EINVAL, "%s: not an absolute path of "
+	return why_set(why, why_len, -EINVAL, "%s: not an absolute path of "
 			"at most %zu bytes", path, max - 1);
 }
 
@@ -61,7 +61,7 @@ int lazy_daemon_open(const char *dir, const char *verify,
 {
 	struct lazy_pages *lp = calloc(1, sizeof(*lp));
 	int ret = lp ? abs_path_ok(dir, sizeof(lp->dir), why, why_len)
-		     : criu_why(why, why_len, -ENOMEM, "out of memory");
+		     : why_set(why, why_len, -ENOMEM, "out of memory");
 
 	if (!ret && verify[0])
 		ret = abs_path_ok(verify, sizeof(lp->verify), why, why_len);
@@ -139,19 +139,19 @@ static int start_waiting(const struct proto_lazy_pages *m,
 	int ret;
 
 	if (!fl)
-		return criu_why(why, why_len, -ENOMEM, "out of memory");
+		return why_set(why, why_len, -ENOMEM, "out of memory");
 	if (wd[0] != '/' ||
 	    snprintf(fl->path, sizeof(fl->path), "%s/%s", wd, SOCK_NAME) >=
 		    (int)sizeof(fl->path)) {
 		free(fl);
-		return criu_why(why, why_len, -ENAMETOOLONG, "%s/%s: not an "
+		return why_set(why, why_len, -ENAMETOOLONG, "%s/%s: not an "
 				"absolute path that fits a socket address",
 				wd, SOCK_NAME);
 	}
 	if (atomic_fetch_add(&nr_waiting, 1) >= WAITING_MAX) {
 		atomic_fetch_sub(&nr_waiting, 1);
 		free(fl);
-		return criu_why(why, why_len, -EBUSY, "%u restores wait for "
+		return why_set(why, why_len, -EBUSY, "%u restores wait for "
 				"criu restore already", WAITING_MAX);
 	}
 	fl->fd = lazy_pages_listen(&fl->sf, fl->path, SOCK_STREAM);
@@ -160,7 +160,7 @@ static int start_waiting(const struct proto_lazy_pages *m,
 		sockfile_close(&fl->sf);
 		free(fl);
 		atomic_fetch_sub(&nr_waiting, 1);
-		return criu_why(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
+		return why_set(why, why_len, ret, "%s/%s: %s", wd, SOCK_NAME,
 				strerror(-ret));
 	}
 	fl->type = SOCK_STREAM;
@@ -189,7 +189,7 @@ static int paths_ok(const struct proto_lazy_pages *m, char *why,
 
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !ret; i++)
 		if (!terminated(paths[i], PROTO_PATH_MAX))
-			ret = criu_why(why, why_len, -EINVAL,
+			ret = why_set(why, why_len, -EINVAL,
 				       "a path is not NUL-terminated");
 		else if (i == 0 || paths[i][0])
 			ret = abs_path_ok(paths[i], PROTO_PATH_MAX, why,
@@ -203,23 +203,23 @@ static int request_ok(const struct peer *peer,
 		      size_t why_len)
 {
 	if (peer->uid != 0 && peer->uid != geteuid())
-		return criu_why(why, why_len, -EPERM, "only root or uid %u "
+		return why_set(why, why_len, -EPERM, "only root or uid %u "
 				"may have this daemon serve a restore",
 				(unsigned int)geteuid());
 	if (m->flags)
-		return criu_why(why, why_len, -EINVAL, "unknown flags %#x",
+		return why_set(why, why_len, -EINVAL, "unknown flags %#x",
 				m->flags);
 	if (m->reserved)
-		return criu_why(why, why_len, -EINVAL, "the reserved field is "
+		return why_set(why, why_len, -EINVAL, "the reserved field is "
 				"%u, not 0", m->reserved);
 	if (m->around_kib > PROTO_LP_AROUND_MAX ||
 	    m->handlers > PROTO_LP_HANDLERS_MAX)
-		return criu_why(why, why_len, -EINVAL, "fault-around %u KiB "
+		return why_set(why, why_len, -EINVAL, "fault-around %u KiB "
 				"(at most %u), %u handlers (at most %u)",
 				m->around_kib, PROTO_LP_AROUND_MAX,
 				m->handlers, PROTO_LP_HANDLERS_MAX);
 	if (m->wset[0] && m->record[0])
-		return criu_why(why, why_len, -EINVAL, "a working set to "
+		return why_set(why, why_len, -EINVAL, "a working set to "
 				"replay and one to record: not both (a "
 				"replayed page never faults)");
 	return paths_ok(m, why, why_len);
@@ -254,7 +254,7 @@ void lazy_daemon_asked(int sock, const struct peer *peer, const void *msg,
 	struct lazy_pages *lp = NULL;
 	char why[512];
 	int ret = len == sizeof(*m) ? request_ok(peer, m, why, sizeof(why))
-				    : criu_why(why, sizeof(why), -EPROTO,
+				    : why_set(why, sizeof(why), -EPROTO,
 					       "LAZY_PAGES of %zu bytes", len);
 
 	if (!ret)

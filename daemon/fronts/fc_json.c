@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "fc_json.h"
 
 #define MAX_DEPTH 16	/* of a value skipped under an unknown key */
@@ -532,19 +533,6 @@ int fc_json_complete(const char *buf, size_t len)
  * The checks of the regions.
  */
 
-static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
 #define ULL(x) ((unsigned long long)(x))
 
 /* Region @i on its own: page size, alignment, address space, the file. */
@@ -553,26 +541,26 @@ static int region_check(const struct fc_region *r, size_t i,
 			size_t why_len)
 {
 	if (r->page_size != FC_PAGE_4K && r->page_size != FC_PAGE_2M)
-		return refuse(why, why_len, -EINVAL, "region %zu: page size %zu"
+		return why_set(why, why_len, -EINVAL, "region %zu: page size %zu"
 			      "; only 4096 and 2097152 (2 MiB) are served", i,
 			      r->page_size);
 	if (page_size && r->page_size != page_size)
-		return refuse(why, why_len, -EINVAL, "region %zu: page size %zu"
+		return why_set(why, why_len, -EINVAL, "region %zu: page size %zu"
 			      ", but the memory file is of %zu-byte pages", i,
 			      r->page_size, page_size);
 	if (!r->size)
-		return refuse(why, why_len, -EINVAL, "region %zu is empty", i);
+		return why_set(why, why_len, -EINVAL, "region %zu is empty", i);
 	if ((r->base | r->size | r->offset) & (r->page_size - 1))
-		return refuse(why, why_len, -EINVAL, "region %zu: base %#llx, "
+		return why_set(why, why_len, -EINVAL, "region %zu: base %#llx, "
 			      "size %#llx and offset %#llx are not all "
 			      "multiples of its page size %zu", i, ULL(r->base),
 			      ULL(r->size), ULL(r->offset), r->page_size);
 	if (r->base >= USER_VA_END || r->size > USER_VA_END - r->base)
-		return refuse(why, why_len, -EINVAL, "region %zu: %#llx bytes "
+		return why_set(why, why_len, -EINVAL, "region %zu: %#llx bytes "
 			      "at %#llx are not in a user address space", i,
 			      ULL(r->size), ULL(r->base));
 	if (r->offset > file_size || r->size > file_size - r->offset)
-		return refuse(why, why_len, -ERANGE, "region %zu needs %llu "
+		return why_set(why, why_len, -ERANGE, "region %zu needs %llu "
 			      "bytes from offset %llu of the memory file, "
 			      "which has %llu bytes", i, ULL(r->size),
 			      ULL(r->offset), ULL(file_size));
@@ -616,10 +604,10 @@ int fc_regions_check(const struct fc_region *r, size_t nr, uint64_t file_size,
 	int ret;
 
 	if (!nr)
-		return refuse(why, why_len, -EINVAL, "the handshake lists no "
+		return why_set(why, why_len, -EINVAL, "the handshake lists no "
 			      "regions");
 	if (nr > FC_MAX_REGIONS)
-		return refuse(why, why_len, -EINVAL, "%zu regions, more than "
+		return why_set(why, why_len, -EINVAL, "%zu regions, more than "
 			      "%d", nr, FC_MAX_REGIONS);
 	for (size_t i = 0; i < nr; i++) {
 		ret = region_check(&r[i], i, file_size, page_size, why,
@@ -627,17 +615,17 @@ int fc_regions_check(const struct fc_region *r, size_t nr, uint64_t file_size,
 		if (ret)
 			return ret;
 		if (r[i].page_size != r[0].page_size)
-			return refuse(why, why_len, -EINVAL, "regions 0 and %zu "
+			return why_set(why, why_len, -EINVAL, "regions 0 and %zu "
 				      "have different page sizes (%zu and %zu)",
 				      i, r[0].page_size, r[i].page_size);
 		va[i] = (struct span){ r[i].base, r[i].size, i };
 		file[i] = (struct span){ r[i].offset, r[i].size, i };
 	}
 	if (spans_overlap(va, nr, &a, &b))
-		return refuse(why, why_len, -EINVAL, "regions %zu and %zu "
+		return why_set(why, why_len, -EINVAL, "regions %zu and %zu "
 			      "overlap in the guest's address space", a, b);
 	if (spans_overlap(file, nr, &a, &b))
-		return refuse(why, why_len, -EINVAL, "regions %zu and %zu "
+		return why_set(why, why_len, -EINVAL, "regions %zu and %zu "
 			      "overlap in the memory file", a, b);
 	if (why_len)
 		why[0] = 0;

@@ -75,8 +75,6 @@ struct criu_range {
  * corrupt, -EOPNOTSUPP the dump uses what faultd does not serve (PE_PARENT
  * entries, another images version), -ENOMEM, or what open/read returned.
  */
-int criu_why(char *why, size_t whylen, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 int criu_dump_open(const char *dir, struct criu_dump **dp, char *why,
 		   size_t whylen);
 void criu_dump_close(struct criu_dump *d);

@@ -22,6 +22,7 @@
 
 #include <sodium.h>
 
+#include "common.h"
 #include "criu-mem.h"
 #include "criu-images.pb-c.h"
 #include "internal.h"
@@ -51,19 +52,6 @@ struct criu_dump {
 	size_t nr_tasks;
 	struct img_file inventory;
 };
-
-/* criu_why() - put the reason in @why (may be NULL); returns @err. */
-int criu_why(char *why, size_t whylen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 /* ---- framing ---- */
 
@@ -100,15 +88,15 @@ static int img_check_magic(struct img_file *f, uint32_t magic, char *why,
 	size_t need = magic == CRIU_INVENTORY_MAGIC ? 4 : 8;
 
 	if (f->len < need)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: truncated in its magic (%zu bytes)",
 			       f->name, f->len);
 	if (need == 8 && get_u32(f->data) != CRIU_IMG_COMMON_MAGIC)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: not a CRIU image (head magic %#x)",
 			       f->name, get_u32(f->data));
 	if (get_u32(f->data + need - 4) != magic)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: magic %#x, expected %#x", f->name,
 			       get_u32(f->data + need - 4), magic);
 	f->pos = need;
@@ -129,16 +117,16 @@ static int img_load(int dfd, const char *name, uint32_t magic,
 	snprintf(f->name, sizeof(f->name), "%s", name);
 	fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return criu_why(why, whylen, -errno, "%s: %s", name,
+		return why_set(why, whylen, -errno, "%s: %s", name,
 			       strerror(errno));
 	err = fstat(fd, &st) ? -errno : 0;
 	if (!err && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > CRIU_FILE_MAX))
-		err = criu_why(why, whylen, -EBADMSG,
+		err = why_set(why, whylen, -EBADMSG,
 			      "%s: not a regular file of at most 4 GiB", name);
 	if (!err && !(f->data = malloc((size_t)st.st_size + 1)))
 		err = -ENOMEM;
 	if (!err && (err = read_whole(fd, f->data, (size_t)st.st_size)))
-		criu_why(why, whylen, err, "%s: %s", name, strerror(-err));
+		why_set(why, whylen, err, "%s: %s", name, strerror(-err));
 	close(fd);
 	f->len = err ? 0 : (size_t)st.st_size;
 	if (!err)
@@ -169,12 +157,12 @@ static int img_next(struct img_file *f, const uint8_t **msg, size_t *len,
 	if (!left)
 		return 0;
 	if (left < 4)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: truncated in the size of message %u",
 			       f->name, f->nr);
 	size = get_u32(f->data + f->pos);
 	if (size > CRIU_MSG_MAX || size > left - 4)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: message %u of %u bytes, %zu left in the "
 			       "file", f->name, f->nr, size, left - 4);
 	*msg = f->data + f->pos + 4;
@@ -197,7 +185,7 @@ static int img_next(struct img_file *f, const uint8_t **msg, size_t *len,
 		if (r_ > 0) {                                                  \
 			*(out) = type##__unpack(NULL, l_, m_);                 \
 			if (!*(out))                                           \
-				r_ = criu_why((why), (whylen), -EBADMSG,        \
+				r_ = why_set((why), (whylen), -EBADMSG,        \
 					     "%s: message %u does not parse",  \
 					     (f)->name, (f)->nr - 1);          \
 		}                                                              \
@@ -218,11 +206,11 @@ static int load_inventory(struct criu_dump *d, char *why, size_t whylen)
 	err = IMG_UNPACK(faultd_criu__inventory_entry, &d->inventory, &e, why,
 			 whylen);
 	if (err == 0)
-		return criu_why(why, whylen, -EBADMSG, "inventory.img: empty");
+		return why_set(why, whylen, -EBADMSG, "inventory.img: empty");
 	if (err < 0)
 		return err;
 	if (e->img_version != CRIU_IMG_VERSION)
-		err = criu_why(why, whylen, -EOPNOTSUPP,
+		err = why_set(why, whylen, -EOPNOTSUPP,
 			      "inventory.img: images version %u (only %u is "
 			      "served)", e->img_version, CRIU_IMG_VERSION);
 	faultd_criu__inventory_entry__free_unpacked(e, NULL);
@@ -248,14 +236,14 @@ static int pstree_add(struct criu_dump *d, const FaultdCriu__PstreeEntry *e,
 	struct criu_task *t = &d->tasks[d->nr_tasks];
 
 	if (!e->pid || e->pid > INT32_MAX || e->ppid > INT32_MAX)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "pstree.img: pid %u, ppid %u", e->pid, e->ppid);
 	if (task_find(d, (pid_t)e->pid, NULL))
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "pstree.img: pid %u twice", e->pid);
 	if (d->nr_tasks == 0 ? e->ppid != 0
 			     : !e->ppid || !task_find(d, (pid_t)e->ppid, NULL))
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "pstree.img: task %u: parent %u is not an "
 			       "earlier task", e->pid, e->ppid);
 	/* A zombie's thread list holds no pid of use: only count it. */
@@ -294,7 +282,7 @@ static int load_pstree(struct criu_dump *d, char *why, size_t whylen)
 	}
 	img_free(&f);
 	if (!err && !d->nr_tasks)
-		err = criu_why(why, whylen, -EBADMSG, "pstree.img: no tasks");
+		err = why_set(why, whylen, -EBADMSG, "pstree.img: no tasks");
 	return err;
 }
 
@@ -314,17 +302,17 @@ static int load_core(struct criu_dump *d, struct criu_task *t, char *why,
 	err = IMG_UNPACK(faultd_criu__core_entry, &f, &c, why, whylen);
 	img_free(&f);
 	if (err == 0)
-		return criu_why(why, whylen, -EBADMSG, "%s: empty", name);
+		return why_set(why, whylen, -EBADMSG, "%s: empty", name);
 	if (err < 0)
 		return err;
 	err = 0;
 	if (!c->tc)
-		err = criu_why(why, whylen, -EBADMSG, "%s: no task state", name);
+		err = why_set(why, whylen, -EBADMSG, "%s: no task state", name);
 	else if (c->tc->task_state == CRIU_TASK_DEAD)
 		t->zombie = true;
 	else if (c->tc->task_state != CRIU_TASK_ALIVE &&
 		 c->tc->task_state != CRIU_TASK_STOPPED)
-		err = criu_why(why, whylen, -EBADMSG, "%s: task state %u",
+		err = why_set(why, whylen, -EBADMSG, "%s: task state %u",
 			      name, c->tc->task_state);
 	faultd_criu__core_entry__free_unpacked(c, NULL);
 	return err;
@@ -369,7 +357,7 @@ static int load_vmas(struct criu_dump *d, pid_t pid, struct vma **vp,
 	err = IMG_UNPACK(faultd_criu__mm_entry, &f, &mm, why, whylen);
 	img_free(&f);
 	if (err == 0)
-		return criu_why(why, whylen, -EBADMSG, "%s: empty", name);
+		return why_set(why, whylen, -EBADMSG, "%s: empty", name);
 	if (err < 0)
 		return err;
 	err = 0;
@@ -381,7 +369,7 @@ static int load_vmas(struct criu_dump *d, pid_t pid, struct vma **vp,
 
 		if (v->start >= v->end || (v->start | v->end) % CRIU_PAGE_SIZE ||
 		    (i && v->start < (*vp)[i - 1].end))
-			err = criu_why(why, whylen, -EBADMSG,
+			err = why_set(why, whylen, -EBADMSG,
 				      "%s: VMA %zu [%#llx, %#llx) is empty, "
 				      "unaligned or out of order", name, i,
 				      (unsigned long long)v->start,
@@ -412,15 +400,15 @@ static int pme_make(const FaultdCriu__PagemapEntry *e, const char *name,
 	if (e->has_in_parent && e->in_parent)
 		flags = (e->has_flags ? e->flags : 0) | CRIU_PE_PARENT;
 	if (flags & CRIU_PE_PARENT)
-		return criu_why(why, whylen, -EOPNOTSUPP,
+		return why_set(why, whylen, -EOPNOTSUPP,
 			       "%s: entry %u: pages in a parent dump "
 			       "(incremental dumps are not served)", name, n);
 	if (flags & ~(CRIU_PE_LAZY | CRIU_PE_PRESENT) || !flags)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: entry %u: flags %#x", name, n, flags);
 	if (!nr || e->vaddr % CRIU_PAGE_SIZE || e->vaddr < prev_end ||
 	    nr > (UINT64_MAX - e->vaddr) / CRIU_PAGE_SIZE)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: entry %u: %llu pages at %#llx: empty, "
 			       "unaligned, out of order or past the end",
 			       name, n, (unsigned long long)nr,
@@ -468,7 +456,7 @@ static int pagemap_parse(struct img_file *f, struct pagemap *pm, char *why,
 
 	err = IMG_UNPACK(faultd_criu__pagemap_head, f, &h, why, whylen);
 	if (err == 0)
-		return criu_why(why, whylen, -EBADMSG, "%s: no head", f->name);
+		return why_set(why, whylen, -EBADMSG, "%s: no head", f->name);
 	if (err < 0)
 		return err;
 	pm->pages_id = h->pages_id;
@@ -555,7 +543,7 @@ static int check_lazy_in_vmas(const struct pagemap *pm, const struct vma *v,
 			while (j < nv && v[j].end <= at)
 				j++;
 			if (j == nv || v[j].start > at || !v[j].lazy)
-				return criu_why(why, whylen, -EBADMSG,
+				return why_set(why, whylen, -EBADMSG,
 					       "%s: lazy pages at %#llx are "
 					       "not in a private anonymous VMA",
 					       name, (unsigned long long)at);
@@ -604,13 +592,13 @@ static int open_pages(struct criu_dump *d, const struct pagemap *pm,
 	snprintf(name, sizeof(name), "pages-%u.img", pm->pages_id);
 	m->pages_fd = openat(d->dfd, name, O_RDONLY | O_CLOEXEC);
 	if (m->pages_fd < 0)
-		return criu_why(why, whylen, -errno, "%s (of %s): %s", name,
+		return why_set(why, whylen, -errno, "%s (of %s): %s", name,
 			       pmname, strerror(errno));
 	if (fstat(m->pages_fd, &st))
-		return criu_why(why, whylen, -errno, "%s: %s", name,
+		return why_set(why, whylen, -errno, "%s: %s", name,
 			       strerror(errno));
 	if ((uint64_t)st.st_size < pm->present_bytes)
-		return criu_why(why, whylen, -EBADMSG,
+		return why_set(why, whylen, -EBADMSG,
 			       "%s: truncated: %llu bytes, %s needs %llu",
 			       name, (unsigned long long)st.st_size, pmname,
 			       (unsigned long long)pm->present_bytes);
@@ -688,13 +676,13 @@ int criu_dump_open(const char *dir, struct criu_dump **dp, char *why,
 	if (why && whylen)
 		why[0] = '\0';
 	if (sodium_init() < 0)
-		return criu_why(why, whylen, -ENOMEM, "libsodium: no init");
+		return why_set(why, whylen, -ENOMEM, "libsodium: no init");
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	d->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (d->dfd < 0) {
-		err = criu_why(why, whylen, -errno, "%s: %s", dir,
+		err = why_set(why, whylen, -errno, "%s: %s", dir,
 			      strerror(errno));
 		free(d);
 		return err;
@@ -999,7 +987,7 @@ static int csrc_open_dir(const char *dir, const char *sums_file, pid_t pid,
 	if (!ret && sums)
 		ret = criu_dump_sums_match(d, sums, why, why_len);
 	if (!ret && (ret = criu_task_source_checked(d, pid, sums, sp)))
-		criu_why(why, why_len, ret, "task %d: %s", (int)pid,
+		why_set(why, why_len, ret, "task %d: %s", (int)pid,
 			 strerror(-ret));
 	if (!ret)
 		to_csrc(*sp)->own_sums = sums;
@@ -1017,7 +1005,7 @@ static int csrc_reopen(const void *blob, size_t len, int fd,
 	if (fd >= 0)
 		close(fd); /* opened again from the folder */
 	if (!csrc_blob_ok(b, len))
-		return criu_why(why, why_len, -EBADMSG, "a corrupt record");
+		return why_set(why, why_len, -EBADMSG, "a corrupt record");
 	return csrc_open_dir(b->paths, b->paths + b->dir_len, b->pid, sp, why,
 			     why_len);
 }
@@ -1071,7 +1059,7 @@ int criu_dump_sums_match(const struct criu_dump *d,
 	for (size_t i = 0; i < d->nr_tasks; i++)
 		if (!d->tasks[i].zombie && !d->mem[i].remote &&
 		    !mem_sums(&d->mem[i], sums, &nr))
-			return criu_why(why, whylen, -EBADMSG,
+			return why_set(why, whylen, -EBADMSG,
 				       "the sidecar has no sums of "
 				       "pages-%u.img as it is now (task %d)",
 				       d->mem[i].pages_id,

@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "criu-mem.h"
 
 #define PS_IOV_ADD_F 6
@@ -352,7 +353,7 @@ static int ps_reopen(const void *blob, size_t len, int fd,
 	(void)blob, (void)len, (void)sp;
 	if (fd >= 0)
 		close(fd);
-	return criu_why(why, why_len, -ENOTCONN, "a CRIU page server serves "
+	return why_set(why, why_len, -ENOTCONN, "a CRIU page server serves "
 			"one connection: the one of the daemon before is gone");
 }
 

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "criu-mem.h"
 #include "internal.h"
 
@@ -160,10 +161,10 @@ static int sums_compute(int dfd, const uint32_t *ids, struct criu_sums *s,
 		snprintf(name, sizeof(name), "pages-%u.img", ids[i]);
 		fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 || fstat(fd, &st)) {
-			err = criu_why(why, whylen, -errno, "%s: %s", name,
+			err = why_set(why, whylen, -errno, "%s: %s", name,
 				      strerror(errno));
 		} else if (st.st_size % CRIU_SUM_BLOCK) {
-			err = criu_why(why, whylen, -EBADMSG, "%s: %lld bytes, "
+			err = why_set(why, whylen, -EBADMSG, "%s: %lld bytes, "
 				      "not whole pages", name,
 				      (long long)st.st_size);
 		} else {
@@ -175,7 +176,7 @@ static int sums_compute(int dfd, const uint32_t *ids, struct criu_sums *s,
 						   buf)
 					: -ENOMEM;
 			if (err)
-				criu_why(why, whylen, err, "%s: %s", name,
+				why_set(why, whylen, err, "%s: %s", name,
 					strerror(-err));
 		}
 		if (fd >= 0)
@@ -232,11 +233,11 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd, err;
 
 	if (dfd < 0)
-		return criu_why(why, whylen, -errno, "%s: %s", dir,
+		return why_set(why, whylen, -errno, "%s: %s", dir,
 			       strerror(errno));
 	err = list_pages(fcntl(dfd, F_DUPFD_CLOEXEC, 0), &ids, &nr);
 	if (!err && !nr)
-		err = criu_why(why, whylen, -ENOENT, "%s: no pages-N.img", dir);
+		err = why_set(why, whylen, -ENOENT, "%s: no pages-N.img", dir);
 	if (!err && !(s = sums_alloc(nr)))
 		err = -ENOMEM;
 	if (!err)
@@ -247,7 +248,7 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 		err = -ENAMETOOLONG;
 	fd = err ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (!err && fd < 0)
-		err = criu_why(why, whylen, -errno, "%s: %s", tmp,
+		err = why_set(why, whylen, -errno, "%s: %s", tmp,
 			      strerror(errno));
 	if (!err && !(err = sums_emit(fd, s)) && fsync(fd))
 		err = -errno;
@@ -258,7 +259,7 @@ int criu_sums_write(const char *dir, const char *file, char *why,
 	if (err && fd >= 0)
 		unlink(tmp);
 	if (err && why && !why[0])
-		criu_why(why, whylen, err, "%s: %s", file, strerror(-err));
+		why_set(why, whylen, err, "%s: %s", file, strerror(-err));
 	criu_sums_free(s);
 	return err;
 }
@@ -319,7 +320,7 @@ int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
 	int fd = open(file, O_RDONLY | O_CLOEXEC), err;
 
 	if (fd < 0)
-		return criu_why(why, whylen, -errno, "%s: %s", file,
+		return why_set(why, whylen, -errno, "%s: %s", file,
 			       strerror(errno));
 	err = fstat(fd, &st) ? -errno : read_exact(fd, &h, sizeof(h));
 	if (!err && (memcmp(h.magic, SUM_MAGIC, sizeof(h.magic)) ||
@@ -335,7 +336,7 @@ int criu_sums_load(const char *file, struct criu_sums **sp, char *why,
 	close(fd);
 	if (err) {
 		criu_sums_free(s);
-		return criu_why(why, whylen, err, "%s: %s", file,
+		return why_set(why, whylen, err, "%s: %s", file,
 			       err == -EBADMSG ? "not a sidecar of faultd "
 					       "lazy-pages --sum, or corrupt"
 					       : strerror(-err));

@@ -18,61 +18,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "internal.h"
+#include "extents.h"
 #include "file.h"
-
-/* [start, end) of the file, page-aligned, holding data. */
-struct data_ext {
-	uint64_t start, end;
-};
 
 struct src_file {
 	struct source s;
 	int fd;
 	const char *map;	/* [0, size) mapped read-only; NULL: none */
-	/* Sorted; neither overlapping nor touching (touching ones merge). */
-	struct data_ext *ext;
-	size_t n, cap;
+	struct data_exts x;	/* where the file holds data */
 };
-
-static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-/*
- * Append [start, end) (after every extent so far). It merges into the
- * last one when it touches it, or when the table is full (the hole
- * between them is then served as DATA).
- */
-static int ext_add(struct src_file *f, uint64_t start, uint64_t end)
-{
-	struct data_ext *last = f->n ? &f->ext[f->n - 1] : NULL;
-
-	if (last && (start <= last->end || f->n == SRC_FILE_MAX_EXTENTS)) {
-		last->end = end;
-		return 0;
-	}
-	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 64;
-		struct data_ext *e = realloc(f->ext, cap * sizeof(*e));
-
-		if (!e)
-			return -ENOMEM;
-		f->ext = e;
-		f->cap = cap;
-	}
-	f->ext[f->n++] = (struct data_ext){ start, end };
-	return 0;
-}
 
 /* The data extents of [0, size): each widened to whole pages. */
 static int ext_scan(struct src_file *f, char *why, size_t why_len)
@@ -88,71 +44,32 @@ static int ext_scan(struct src_file *f, char *why, size_t why_len)
 		if (d >= 0)
 			h = lseek(f->fd, d, SEEK_HOLE);
 		if (d < 0 || h < 0)
-			return refuse(why, why_len, -errno, "finding the "
+			return why_set(why, why_len, -errno, "finding the "
 				      "holes of the file: %s", strerror(errno));
 		if ((uint64_t)d >= size)
 			return 0;
 		at = ((uint64_t)h + ps - 1) & ~(ps - 1);
 		if (at > size)
 			at = size;
-		ret = ext_add(f, (uint64_t)d & ~(ps - 1), at);
+		ret = exts_add(&f->x, (uint64_t)d & ~(ps - 1), at);
 		if (ret)
-			return refuse(why, why_len, ret, "no memory for the "
+			return why_set(why, why_len, ret, "no memory for the "
 				      "extent table");
 	}
 	return 0;
 }
 
-/* Index of the first extent that ends after @off (f->n if none). */
-static size_t ext_find(const struct src_file *f, uint64_t off)
-{
-	size_t lo = 0, hi = f->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (f->ext[mid].end <= off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 static int file_extent(struct source *s, uint64_t off, struct src_extent *e)
 {
-	const struct src_file *f = container_of(s, struct src_file, s);
-	size_t i;
+	const struct src_file *f = (const struct src_file *)s;
 
-	if (off >= s->size)
-		return -ERANGE;
-	i = ext_find(f, off);
-	if (i < f->n && f->ext[i].start <= off) {
-		e->off = f->ext[i].start;
-		e->len = f->ext[i].end - f->ext[i].start;
-		e->kind = SRC_DATA;
-		return 0;
-	}
-	e->off = i ? f->ext[i - 1].end : 0;
-	e->len = (i < f->n ? f->ext[i].start : s->size) - e->off;
-	e->kind = SRC_ZERO;
-	return 0;
+	return exts_extent(&f->x, s->size, off, e);
 }
 
 /* Is [off, off + len) whole pages of one DATA extent? 0 or -errno. */
 static int data_range(const struct src_file *f, uint64_t off, size_t len)
 {
-	size_t i;
-
-	if (!len || (off | len) & (f->s.page_size - 1))
-		return -EINVAL;
-	if (off >= f->s.size || len > f->s.size - off)
-		return -ERANGE;
-	/* Touching extents are merged: a DATA range lies in one. */
-	i = ext_find(f, off);
-	if (i == f->n || f->ext[i].start > off || f->ext[i].end - off < len)
-		return -ERANGE;
-	return 0;
+	return exts_data_range(&f->x, f->s.size, f->s.page_size, off, len);
 }
 
 static ssize_t file_read(struct source *s, uint64_t off, void *buf,
@@ -182,7 +99,7 @@ static void file_destroy(struct source *s)
 	if (f->map)
 		munmap((void *)f->map, f->s.size);
 	close(f->fd);
-	free(f->ext);
+	exts_free(&f->x);
 	free(f);
 }
 
@@ -210,7 +127,7 @@ static int file_reopen(const void *blob, size_t len, int fd,
 	if (len != sizeof(b) || fd < 0) {
 		if (fd >= 0)
 			close(fd);
-		return refuse(why, why_len, -EBADMSG, "its file was not kept");
+		return why_set(why, why_len, -EBADMSG, "its file was not kept");
 	}
 	memcpy(&b, blob, sizeof(b));
 	return src_file_open_fd(fd, b.size, (size_t)b.page_size, sp, why,
@@ -251,15 +168,15 @@ static int size_check(const struct stat *st, uint64_t *size, size_t ps,
 		      char *why, size_t why_len)
 {
 	if (!S_ISREG(st->st_mode))
-		return refuse(why, why_len, -EINVAL, "not a regular file");
+		return why_set(why, why_len, -EINVAL, "not a regular file");
 	if (!*size)
 		*size = (uint64_t)st->st_size;
 	if (!*size || *size % ps)
-		return refuse(why, why_len, -EINVAL, "%llu bytes are no whole "
+		return why_set(why, why_len, -EINVAL, "%llu bytes are no whole "
 			      "number of %zu-byte pages",
 			      (unsigned long long)*size, ps);
 	if ((uint64_t)st->st_size < *size)
-		return refuse(why, why_len, -ERANGE, "the file has %llu bytes"
+		return why_set(why, why_len, -ERANGE, "the file has %llu bytes"
 			      ", fewer than the %llu it must hold",
 			      (unsigned long long)st->st_size,
 			      (unsigned long long)*size);
@@ -279,16 +196,16 @@ int src_file_open_fd(int fd, uint64_t size, size_t page_size,
 
 	if (page_size != 4096 && page_size != (2ul << 20)) {
 		close(fd);
-		return refuse(why, why_len, -EINVAL, "page size %zu: only "
+		return why_set(why, why_len, -EINVAL, "page size %zu: only "
 			      "4096 and 2097152 (2 MiB)", page_size);
 	}
 	f = calloc(1, sizeof(*f));
 	if (!f) {
 		close(fd);
-		return refuse(why, why_len, -ENOMEM, "out of memory");
+		return why_set(why, why_len, -ENOMEM, "out of memory");
 	}
 	f->fd = fd;
-	ret = fstat(f->fd, &st) ? refuse(why, why_len, -errno, "%s",
+	ret = fstat(f->fd, &st) ? why_set(why, why_len, -errno, "%s",
 					 strerror(errno))
 				: size_check(&st, &size, page_size, why,
 					     why_len);
@@ -309,7 +226,7 @@ int src_file_open_fd(int fd, uint64_t size, size_t page_size,
 
 close_fd:
 	close(f->fd);
-	free(f->ext);
+	exts_free(&f->x);
 	free(f);
 	return ret;
 }
@@ -320,6 +237,6 @@ int src_file_open(const char *path, uint64_t size, size_t page_size,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return refuse(why, why_len, -errno, "%s", strerror(errno));
+		return why_set(why, why_len, -errno, "%s", strerror(errno));
 	return src_file_open_fd(fd, size, page_size, out, why, why_len);
 }

@@ -10,14 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "extents.h"
 #include "source.h"
 
-/*
- * The extent table holds at most this many data extents; past it, the
- * holes between later data are served as DATA (read as the zeros they
- * hold): a file that fragmented costs reads, never wrong content.
- */
-#define SRC_FILE_MAX_EXTENTS (1u << 16)
+/* The data extent table's bound (extents.h): past it, holes are read. */
+#define SRC_FILE_MAX_EXTENTS DATA_EXTS_MAX
 
 /*
  * src_file_open() - a source of [0, @size) of the file at @path, with

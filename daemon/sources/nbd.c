@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "extents.h"
 #include "nbd.h"
 #include "nbd_set.h"
 
@@ -28,24 +30,10 @@ struct src_nbd {
 	 * the one it was saved with, so that saving it again keeps it
 	 * stale. */
 	uint64_t export_size;
-	struct nbd_dext *ext;		/* data, widened to pages; sorted */
-	size_t n;
+	struct data_exts x;		/* data, widened to pages */
 };
 
 static const struct source_ops nbd_ops;
-
-static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
 static struct src_nbd *to_nbd(const struct source *s)
 {
@@ -62,78 +50,23 @@ static struct src_nbd *to_nbd(const struct source *s)
 static int ext_build(struct src_nbd *n, const struct nbd_set_info *info)
 {
 	uint64_t ps = n->s.page_size, size = n->s.size;
+	int ret = 0;
 
-	n->ext = calloc(info->ndata ? info->ndata : 1, sizeof(*n->ext));
-	if (!n->ext)
-		return -ENOMEM;
-	if (n->s.stale) {
-		n->ext[n->n++] = (struct nbd_dext){ 0, size };
-		return 0;
-	}
-	for (size_t i = 0; i < info->ndata && info->data[i].start < size; i++) {
+	if (n->s.stale)
+		return size ? exts_add(&n->x, 0, size) : 0;
+	for (size_t i = 0; !ret && i < info->ndata &&
+			   info->data[i].start < size; i++) {
 		uint64_t start = info->data[i].start & ~(ps - 1);
 		uint64_t end = (info->data[i].end + ps - 1) & ~(ps - 1);
-		struct nbd_dext *last = n->n ? &n->ext[n->n - 1] : NULL;
 
-		if (end > size)
-			end = size;
-		if (last && start <= last->end)
-			last->end = end;
-		else
-			n->ext[n->n++] = (struct nbd_dext){ start, end };
+		ret = exts_add(&n->x, start, end > size ? size : end);
 	}
-	return 0;
-}
-
-/* Index of the first extent that ends after @off (n->n if none). */
-static size_t ext_find(const struct src_nbd *n, uint64_t off)
-{
-	size_t lo = 0, hi = n->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (n->ext[mid].end <= off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return ret;
 }
 
 static int nbd_extent(struct source *s, uint64_t off, struct src_extent *e)
 {
-	const struct src_nbd *n = to_nbd(s);
-	size_t i;
-
-	if (off >= s->size)
-		return -ERANGE;
-	i = ext_find(n, off);
-	if (i < n->n && n->ext[i].start <= off) {
-		*e = (struct src_extent){ n->ext[i].start,
-					  n->ext[i].end - n->ext[i].start,
-					  SRC_DATA };
-		return 0;
-	}
-	e->off = i ? n->ext[i - 1].end : 0;
-	e->len = (i < n->n ? n->ext[i].start : s->size) - e->off;
-	e->kind = SRC_ZERO;
-	return 0;
-}
-
-/* Is [off, off + len) whole pages of one DATA extent? 0 or -errno. */
-static int data_range(const struct src_nbd *n, uint64_t off, size_t len)
-{
-	size_t i;
-
-	if (!len || (off | len) & (n->s.page_size - 1))
-		return -EINVAL;
-	if (off >= n->s.size || len > n->s.size - off)
-		return -ERANGE;
-	i = ext_find(n, off);
-	if (i == n->n || n->ext[i].start > off || n->ext[i].end - off < len)
-		return -ERANGE;
-	return 0;
+	return exts_extent(&to_nbd(s)->x, s->size, off, e);
 }
 
 /* ---- the source ---- */
@@ -142,7 +75,8 @@ static ssize_t nbd_read(struct source *s, uint64_t off, void *buf, size_t len,
 			unsigned int flags)
 {
 	struct src_nbd *n = to_nbd(s);
-	int ret = s->stale ? -ESTALE : data_range(n, off, len);
+	int ret = s->stale ? -ESTALE :
+		  exts_data_range(&n->x, s->size, s->page_size, off, len);
 
 	if (!ret)
 		ret = nset_read(n->set, off, buf, len,
@@ -168,7 +102,7 @@ static void nbd_destroy(struct source *s)
 	struct src_nbd *n = to_nbd(s);
 
 	nset_put(n->set);
-	free(n->ext);
+	exts_free(&n->x);
 	free(n->uri);
 	free(n);
 }
@@ -223,16 +157,16 @@ static int size_check(const struct nbd_set_info *info, uint64_t *size,
 	if (!*size)
 		*size = have;
 	if (!*size || *size % ps)
-		return refuse(why, why_len, -EINVAL, "%llu bytes are no whole "
+		return why_set(why, why_len, -EINVAL, "%llu bytes are no whole "
 			      "number of %zu-byte pages",
 			      (unsigned long long)*size, ps);
 	if (have < *size)
-		return refuse(why, why_len, -ERANGE, "the export has %llu "
+		return why_set(why, why_len, -ERANGE, "the export has %llu "
 			      "bytes, fewer than the %llu it must hold",
 			      (unsigned long long)have,
 			      (unsigned long long)*size);
 	if ((*size + a - 1) / a * a > have)
-		return refuse(why, why_len, -ERANGE, "the export's last bytes "
+		return why_set(why, why_len, -ERANGE, "the export's last bytes "
 			      "cannot be read in the server's %llu-byte blocks",
 			      (unsigned long long)a);
 	return 0;
@@ -252,12 +186,12 @@ static int nbd_open(const char *uri, uint64_t size, size_t page_size,
 	int ret;
 
 	if (page_size != 4096 && page_size != HUGE_PAGE)
-		return refuse(why, why_len, -EINVAL, "page size %zu: only "
+		return why_set(why, why_len, -EINVAL, "page size %zu: only "
 			      "4096 and 2097152 (2 MiB)", page_size);
 	n = calloc(1, sizeof(*n));
 	if (!n || !(n->uri = strdup(uri))) {
 		free(n);
-		return refuse(why, why_len, -ENOMEM, "out of memory");
+		return why_set(why, why_len, -ENOMEM, "out of memory");
 	}
 	ret = nset_get(uri, o, wait, &n->set, why, why_len);
 	if (ret)
@@ -274,7 +208,7 @@ static int nbd_open(const char *uri, uint64_t size, size_t page_size,
 	if (!ret)
 		ret = make_id(n, info);
 	if (ret == -ENOMEM)
-		refuse(why, why_len, ret, "out of memory");
+		why_set(why, why_len, ret, "out of memory");
 	if (ret)
 		goto put_set;
 	*out = &n->s;
@@ -283,7 +217,7 @@ static int nbd_open(const char *uri, uint64_t size, size_t page_size,
 put_set:
 	nset_put(n->set);
 free_n:
-	free(n->ext);
+	exts_free(&n->x);
 	free(n->uri);
 	free(n);
 	return ret;
@@ -449,7 +383,7 @@ int src_nbd_reopen(const void *blob, size_t len, struct source **sp,
 
 	blob_read(&b, &sv);
 	if (b.bad) {
-		ret = refuse(why, why_len, -EBADMSG, "not a saved NBD source");
+		ret = why_set(why, why_len, -EBADMSG, "not a saved NBD source");
 		goto free_strs;
 	}
 	sv.o.tls_psk_file = sv.psk;

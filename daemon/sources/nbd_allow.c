@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common.h"
 #include "nbd_allow.h"
 #include "nbd_uri.h"
 
@@ -33,19 +34,6 @@ struct nbd_allow {
 	struct allow_entry *e;
 	size_t n;
 };
-
-static int say(char *why, size_t why_len, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int say(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
 void nbd_allow_free(struct nbd_allow *a)
 {
@@ -175,10 +163,10 @@ static int parse_line(struct nbd_allow *a, char *line, unsigned int no,
 		return 0;
 	server = strtok_r(NULL, " \t", &save);
 	if (!server || strtok_r(NULL, " \t", &save))
-		return say(why, why_len, -EINVAL, "%s:%u: not USER SERVER",
+		return why_set(why, why_len, -EINVAL, "%s:%u: not USER SERVER",
 			   a->name, no);
 	if (parse_user(user, &e))
-		return say(why, why_len, -EINVAL, "%s:%u: no user \"%s\"",
+		return why_set(why, why_len, -EINVAL, "%s:%u: no user \"%s\"",
 			   a->name, no, user);
 	ret = parse_server(server, &e);
 	if (!ret)
@@ -188,8 +176,8 @@ static int parse_line(struct nbd_allow *a, char *line, unsigned int no,
 		free(e.path);
 	}
 	if (ret == -ENOMEM)
-		return say(why, why_len, ret, "out of memory");
-	return ret ? say(why, why_len, ret, "%s:%u: not a server: \"%s\" "
+		return why_set(why, why_len, ret, "out of memory");
+	return ret ? why_set(why, why_len, ret, "%s:%u: not a server: \"%s\" "
 			 "(HOST, HOST:PORT, [V6]:PORT, unix:PATH, unix:DIR/, "
 			 "vsock:CID[:PORT] or *)", a->name, no, server)
 		   : 0;
@@ -204,7 +192,7 @@ int nbd_allow_parse(const char *text, const char *name,
 	int ret = 0;
 
 	if (!a || !copy || !(a->name = strdup(name))) {
-		ret = say(why, why_len, -ENOMEM, "out of memory");
+		ret = why_set(why, why_len, -ENOMEM, "out of memory");
 		goto free_copy;
 	}
 	/* strtok_r would skip empty lines and so miscount: split by hand. */
@@ -238,7 +226,7 @@ int nbd_allow_load(const char *path, struct nbd_allow **out, char *why,
 	if (!f && errno == ENOENT)
 		return nbd_allow_parse("", path, out, why, why_len);
 	if (!f)
-		return say(why, why_len, -errno, "%s: %s", path,
+		return why_set(why, why_len, -errno, "%s: %s", path,
 			   strerror(errno));
 	n = getdelim(&text, &cap, '\0', f);
 	fclose(f);
@@ -276,11 +264,11 @@ static bool server_matches(const struct allow_entry *e,
 static int root_only(const struct nbd_uri *u, char *why, size_t why_len)
 {
 	if (u->tls_psk_file || u->tls_certificates)
-		return say(why, why_len, -EPERM, "the URI names a file of the "
+		return why_set(why, why_len, -EPERM, "the URI names a file of the "
 			   "daemon's host (%s=): only root's URIs may",
 			   u->tls_psk_file ? "tls-psk-file" : "tls-certificates");
 	if (u->transport == NBD_UNIX && !path_normal(u->socket, false))
-		return say(why, why_len, -EPERM, "the socket path \"%s\" is not "
+		return why_set(why, why_len, -EPERM, "the socket path \"%s\" is not "
 			   "absolute or has empty, \".\" or \"..\" parts",
 			   u->socket);
 	return 0;
@@ -296,7 +284,7 @@ int nbd_allow_check(const struct nbd_allow *a, uid_t uid, const char *uri,
 	if (ret)
 		goto free_uri;
 	if (uid == 0) {
-		ret = say(why, why_len, 0, "root's URIs are always allowed");
+		ret = why_set(why, why_len, 0, "root's URIs are always allowed");
 		goto free_uri;
 	}
 	ret = root_only(&u, why, why_len);
@@ -304,14 +292,14 @@ int nbd_allow_check(const struct nbd_allow *a, uid_t uid, const char *uri,
 		const struct allow_entry *e = &a->e[i];
 
 		if ((e->any_user || e->uid == uid) && server_matches(e, &u)) {
-			ret = say(why, why_len, 0, "allowed by %s:%u", a->name,
+			ret = why_set(why, why_len, 0, "allowed by %s:%u", a->name,
 				  e->line);
 			goto free_uri;
 		}
 	}
 	if (!ret) {
 		nbd_uri_server(&u, server, sizeof(server));
-		ret = say(why, why_len, -EPERM, "user %u may not make faultd "
+		ret = why_set(why, why_len, -EPERM, "user %u may not make faultd "
 			  "connect to %s: %s", (unsigned int)uid, server,
 			  a ? "no line of the allow list allows it"
 			    : "there is no allow list");

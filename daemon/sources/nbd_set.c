@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "nbd_int.h"
 
 #define READ_STACK 32		/* chunks a read holds without malloc() */
@@ -140,19 +141,6 @@ const struct nbd_set_info *nset_info(const struct nbd_set *set)
 
 /* ---- making and freeing a set ---- */
 
-static int say(char *why, size_t why_len, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int say(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
 static bool pow2(uint64_t v)
 {
 	return v && !(v & (v - 1));
@@ -165,7 +153,7 @@ static int opts_resolve(const struct src_nbd_opts *in, struct src_nbd_opts *o,
 {
 	*o = (struct src_nbd_opts){ 0 };
 	if (in && in->size < sizeof(in->size))
-		return say(why, why_len, -EINVAL, "options without their size");
+		return why_set(why, why_len, -EINVAL, "options without their size");
 	if (in)
 		memcpy(o, in, in->size < sizeof(*o) ? in->size : sizeof(*o));
 	o->size = sizeof(*o);
@@ -176,7 +164,7 @@ static int opts_resolve(const struct src_nbd_opts *in, struct src_nbd_opts *o,
 	if (in && ((in->tls_psk_file && !o->tls_psk_file) ||
 		   (in->tls_username && !o->tls_username) ||
 		   (in->tls_certificates && !o->tls_certificates)))
-		return say(why, why_len, -ENOMEM, "out of memory");
+		return why_set(why, why_len, -ENOMEM, "out of memory");
 	o->conns = o->conns ? o->conns : SRC_NBD_CONNS;
 	o->depth = o->depth ? o->depth : SRC_NBD_DEPTH;
 	o->chunk = o->chunk ? o->chunk : SRC_NBD_CHUNK;
@@ -189,7 +177,7 @@ static int opts_resolve(const struct src_nbd_opts *in, struct src_nbd_opts *o,
 	if (o->conns > CONNS_MAX || o->depth > DEPTH_MAX ||
 	    !pow2(o->chunk) || o->chunk < CHUNK_MIN || o->chunk > CHUNK_MAX ||
 	    o->cache_bytes < o->chunk)
-		return say(why, why_len, -EINVAL, "options out of range: at most "
+		return why_set(why, why_len, -EINVAL, "options out of range: at most "
 			   "%u connections and %u reads in flight each, a "
 			   "chunk a power of two from %u to %u bytes, a cache "
 			   "of one chunk at least", CONNS_MAX, DEPTH_MAX,
@@ -216,7 +204,7 @@ static int target_make(struct nbd_set *set, const char *uri, char *why,
 		return ret;
 	if ((u->tls_psk_file || u->tls_certificates) &&
 	    !set->o.allow_local_files)
-		return say(why, why_len, -EPERM, "the URI names a local file "
+		return why_set(why, why_len, -EPERM, "the URI names a local file "
 			   "(%s=), which these options do not allow",
 			   u->tls_psk_file ? "tls-psk-file" : "tls-certificates");
 	t->psk_file = u->tls_psk_file ? u->tls_psk_file : set->o.tls_psk_file;
@@ -263,7 +251,7 @@ static int set_alloc(const char *uri, const struct src_nbd_opts *in,
 	set = calloc(1, sizeof(*set) + o.conns * sizeof(set->conns[0]));
 	if (!set) {
 		opts_free(&o);
-		return say(why, why_len, -ENOMEM, "out of memory");
+		return why_set(why, why_len, -ENOMEM, "out of memory");
 	}
 	pthread_mutex_init(&set->lock, NULL);
 	set->o = o;
@@ -271,7 +259,7 @@ static int set_alloc(const char *uri, const struct src_nbd_opts *in,
 	set->info.o = &set->o;
 	ret = target_make(set, uri, why, why_len);
 	if (!ret && !(set->key = key_make(set)))
-		ret = say(why, why_len, -ENOMEM, "out of memory");
+		ret = why_set(why, why_len, -ENOMEM, "out of memory");
 	if (ret) {
 		set_free(set);
 		return ret;
@@ -330,7 +318,7 @@ static int chunk_pick(struct nbd_set *set, char *why, size_t why_len)
 		c = maxb;
 	if ((ex->min_block && !pow2(ex->min_block)) || c < ex->min_block ||
 	    c < CHUNK_MIN)
-		return say(why, why_len, -EINVAL, "the server's block sizes "
+		return why_set(why, why_len, -EINVAL, "the server's block sizes "
 			   "(minimum %u, maximum %u) leave no chunk size from "
 			   "%u bytes", ex->min_block, ex->max_block, CHUNK_MIN);
 	set->info.chunk = c;
@@ -426,9 +414,9 @@ static int set_open(struct nbd_set *set, bool wait, char *why, size_t why_len)
 				    &set->info.ndata, why, why_len);
 	set->info.data = data;
 	if (!ret && ncache_init(set))
-		ret = say(why, why_len, -ENOMEM, "out of memory");
+		ret = why_set(why, why_len, -ENOMEM, "out of memory");
 	if (!ret && (ret = conns_start(set, h)))
-		say(why, why_len, ret, "starting the connections: %s",
+		why_set(why, why_len, ret, "starting the connections: %s",
 		    strerror(-ret));
 	if (ret && !set->conns[0].h)
 		nbd_close(h);
