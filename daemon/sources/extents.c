@@ -36,7 +36,7 @@ int exts_add(struct data_exts *x, uint64_t start, uint64_t end)
 }
 
 /* Index of the first extent that ends after @off (x->n if none). */
-static size_t exts_find(const struct data_exts *x, uint64_t off)
+size_t exts_find(const struct data_exts *x, uint64_t off)
 {
 	size_t lo = 0, hi = x->n;
 

@@ -30,6 +30,8 @@ struct data_exts {
  */
 #define DATA_EXTS_MAX (1u << 16)
 
+/* Index of the first extent that ends after @off (x->n if none). */
+size_t exts_find(const struct data_exts *x, uint64_t off);
 int exts_add(struct data_exts *x, uint64_t start, uint64_t end);
 int exts_extent(const struct data_exts *x, uint64_t size, uint64_t off,
 		struct src_extent *e);

@@ -54,10 +54,10 @@ static int ext_build(struct src_nbd *n, const struct nbd_set_info *info)
 
 	if (n->s.stale)
 		return size ? exts_add(&n->x, 0, size) : 0;
-	for (size_t i = 0; !ret && i < info->ndata &&
-			   info->data[i].start < size; i++) {
-		uint64_t start = info->data[i].start & ~(ps - 1);
-		uint64_t end = (info->data[i].end + ps - 1) & ~(ps - 1);
+	for (size_t i = 0; !ret && i < info->data.n &&
+			   info->data.ext[i].start < size; i++) {
+		uint64_t start = info->data.ext[i].start & ~(ps - 1);
+		uint64_t end = (info->data.ext[i].end + ps - 1) & ~(ps - 1);
 
 		ret = exts_add(&n->x, start, end > size ? size : end);
 	}

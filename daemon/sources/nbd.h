@@ -67,8 +67,8 @@ struct src_nbd_opts {
 #define SRC_NBD_CONNS 4
 #define SRC_NBD_DEPTH 16
 #define SRC_NBD_IO_TIMEOUT_MS 10000
-/* The extent table's bound, as the file source's: past it, data. */
-#define SRC_NBD_MAX_EXTENTS (1u << 16)
+/* The extent table's bound is the file source's (extents.h): past
+ * DATA_EXTS_MAX, the holes between later data are read. */
 
 /*
  * src_nbd_open() - a source of [0, @size) of the export @uri names

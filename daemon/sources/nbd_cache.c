@@ -81,23 +81,16 @@ static void table_del(struct nbd_set *set, struct nbd_chunk *c)
 void ncache_hull(const struct nbd_set *set, uint64_t start,
 		 uint64_t end, uint64_t *lo, uint64_t *hi)
 {
-	const struct nbd_dext *d = set->info.data;
+	const struct data_exts *x = &set->info.data;
+	const struct data_ext *d = x->ext;
 	uint64_t mb = set->info.align;
-	size_t a = 0, b = set->info.ndata;
+	size_t a = exts_find(x, start);
 
-	while (a < b) {		/* the first extent that ends after start */
-		size_t m = a + (b - a) / 2;
-
-		if (d[m].end <= start)
-			a = m + 1;
-		else
-			b = m;
-	}
 	*lo = *hi = start;
-	if (a == set->info.ndata || d[a].start >= end)
+	if (a == x->n || d[a].start >= end)
 		return;
 	*lo = d[a].start > start ? d[a].start & ~(mb - 1) : start;
-	while (a + 1 < set->info.ndata && d[a + 1].start < end)
+	while (a + 1 < x->n && d[a + 1].start < end)
 		a++;
 	*hi = min_u64((d[a].end < end ? d[a].end : end) + mb - 1, end);
 	*hi = *hi == end ? end : *hi & ~(mb - 1);

@@ -177,33 +177,11 @@ int nconn_connect(const struct nbd_target *t, uint32_t timeout_ms,
 
 /* The table being built by the block status replies. */
 struct ext_scan {
-	struct nbd_dext *e;
-	size_t n, cap, max;
+	struct data_exts *x;
 	uint64_t at;		/* the replies cover [0, at) */
 	uint64_t end;		/* of the request */
 	int err;
 };
-
-static int scan_add(struct ext_scan *s, uint64_t start, uint64_t end)
-{
-	struct nbd_dext *last = s->n ? &s->e[s->n - 1] : NULL;
-
-	if (last && (start <= last->end || s->n == s->max)) {
-		last->end = end;
-		return 0;
-	}
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		struct nbd_dext *e = realloc(s->e, cap * sizeof(*e));
-
-		if (!e)
-			return -ENOMEM;
-		s->e = e;
-		s->cap = cap;
-	}
-	s->e[s->n++] = (struct nbd_dext){ start, end };
-	return 0;
-}
 
 /* Entries are (length, flags) pairs from @offset on; a reply may stop
  * short of the request, never go past it but by its last entry. */
@@ -223,7 +201,7 @@ static int scan_cb(void *arg, const char *ctx, uint64_t offset,
 		if (end > s->end)
 			end = s->end;
 		if (!(entries[i + 1] & LIBNBD_STATE_ZERO))
-			s->err = scan_add(s, at, end);
+			s->err = exts_add(s->x, at, end);
 		at = end;
 	}
 	if (at > s->at)
@@ -252,10 +230,10 @@ static int conn_wait(struct nbd_handle *h, int64_t cookie,
 }
 
 int nconn_extents(struct nbd_handle *h, const struct nbd_export *ex,
-		  uint32_t timeout_ms, size_t max, struct nbd_dext **out,
-		  size_t *n, char *why, size_t why_len)
+		  uint32_t timeout_ms, struct data_exts *out,
+		  char *why, size_t why_len)
 {
-	struct ext_scan s = { .max = max };
+	struct ext_scan s = { .x = out };
 	/* Requests in whole minimum blocks; a tail past the last is data. */
 	uint64_t a = ex->min_block ? ex->min_block : 1;
 	uint64_t top = ex->block_status ? ex->size / a * a : 0;
@@ -280,13 +258,9 @@ int nconn_extents(struct nbd_handle *h, const struct nbd_export *ex,
 				   (unsigned long long)from);
 	}
 	if (!ret && top < ex->size)
-		ret = scan_add(&s, top, ex->size) ?
+		ret = exts_add(out, top, ex->size) ?
 		      fail(why, why_len, -ENOMEM, "out of memory") : 0;
-	if (ret) {
-		free(s.e);
-		return ret;
-	}
-	*out = s.e;
-	*n = s.n;
-	return 0;
+	if (ret)
+		exts_free(out);
+	return ret;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "extents.h"
 #include "nbd_uri.h"
 
 struct nbd_handle;
@@ -44,19 +45,15 @@ int nconn_connect(const struct nbd_target *t, uint32_t timeout_ms,
 		  struct nbd_handle **hp, struct nbd_export *ex,
 		  char *why, size_t why_len);
 
-/* [start, end) of the export that holds data (not known to be zeros). */
-struct nbd_dext {
-	uint64_t start, end;
-};
-
 /*
- * nconn_extents() - the data extents of [0, ex->size), from block
- * status (sorted, merged; at most @max, the last taking the rest), in
- * *out and *n (to free()). A server without block status: one extent of
- * all. Within @timeout_ms per request. Returns 0 or -errno with @why.
+ * nconn_extents() - the data extents of [0, ex->size) (what is not known
+ * to be zeros), from block status, into the empty table @out (extents.h:
+ * sorted, merged, bounded; exts_free() it). A server without block
+ * status: one extent of all. Within @timeout_ms per request. Returns 0
+ * or -errno with @why.
  */
 int nconn_extents(struct nbd_handle *h, const struct nbd_export *ex,
-		  uint32_t timeout_ms, size_t max, struct nbd_dext **out,
-		  size_t *n, char *why, size_t why_len);
+		  uint32_t timeout_ms, struct data_exts *out,
+		  char *why, size_t why_len);
 
 #endif /* FAULTD_SRC_NBD_CONN_H */

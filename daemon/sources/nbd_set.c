@@ -389,7 +389,7 @@ static void set_free(struct nbd_set *set)
 		pthread_cond_destroy(&c->idle);
 	}
 	ncache_destroy(set);
-	free((void *)set->info.data);
+	exts_free(&set->info.data);
 	nbd_uri_free(&set->target.uri);
 	opts_free(&set->o);
 	free(set->key);
@@ -401,7 +401,6 @@ static void set_free(struct nbd_set *set)
 static int set_open(struct nbd_set *set, bool wait, char *why, size_t why_len)
 {
 	struct nbd_handle *h = NULL;
-	struct nbd_dext *data = NULL;
 	int ret;
 
 	ret = connect_first(set, wait, &h, &set->info.ex, why, why_len);
@@ -410,9 +409,7 @@ static int set_open(struct nbd_set *set, bool wait, char *why, size_t why_len)
 	ret = chunk_pick(set, why, why_len);
 	if (!ret)
 		ret = nconn_extents(h, &set->info.ex, set->o.io_timeout_ms,
-				    SRC_NBD_MAX_EXTENTS, &data,
-				    &set->info.ndata, why, why_len);
-	set->info.data = data;
+				    &set->info.data, why, why_len);
 	if (!ret && ncache_init(set))
 		ret = why_set(why, why_len, -ENOMEM, "out of memory");
 	if (!ret && (ret = conns_start(set, h)))

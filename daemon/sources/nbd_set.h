@@ -22,8 +22,7 @@ struct nbd_set_info {
 	struct nbd_export ex;		/* as the first connection found it */
 	uint32_t chunk;			/* bytes; a power of two */
 	uint32_t align;			/* of reads: the minimum block, or 512 */
-	const struct nbd_dext *data;	/* the export's data extents */
-	size_t ndata;
+	struct data_exts data;		/* the export's data extents */
 	const char *canon;		/* nbd_uri.h's canonical URI */
 	const struct src_nbd_opts *o;	/* resolved: no field 0 but log */
 };
