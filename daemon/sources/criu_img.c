@@ -192,6 +192,34 @@ static int img_next(struct img_file *f, const uint8_t **msg, size_t *len,
 		r_;                                                            \
 	})
 
+/*
+ * img_first() - the first message of the image @name (in @dfd), checked
+ * against @magic and unpacked as @desc says, in *out (to
+ * protobuf_c_message_free_unpacked()). Returns 0 or -errno with @why;
+ * an image with no message is -EBADMSG.
+ */
+static int img_first(int dfd, const char *name, uint32_t magic,
+		     const ProtobufCMessageDescriptor *desc,
+		     ProtobufCMessage **out, char *why, size_t whylen)
+{
+	struct img_file f;
+	const uint8_t *m;
+	size_t l;
+	int err;
+
+	err = img_load(dfd, name, magic, &f, why, whylen);
+	if (err)
+		return err;
+	err = img_next(&f, &m, &l, why, whylen);
+	if (err == 0)
+		err = why_set(why, whylen, -EBADMSG, "%s: empty", name);
+	if (err > 0 && !(*out = protobuf_c_message_unpack(desc, NULL, l, m)))
+		err = why_set(why, whylen, -EBADMSG,
+			      "%s: message 0 does not parse", name);
+	img_free(&f);
+	return err < 0 ? err : 0;
+}
+
 /* ---- inventory.img, pstree.img, core-PID.img ---- */
 
 static int load_inventory(struct criu_dump *d, char *why, size_t whylen)
@@ -291,21 +319,15 @@ static int load_core(struct criu_dump *d, struct criu_task *t, char *why,
 		     size_t whylen)
 {
 	FaultdCriu__CoreEntry *c;
-	struct img_file f;
 	char name[32];
 	int err;
 
 	snprintf(name, sizeof(name), "core-%d.img", (int)t->pid);
-	err = img_load(d->dfd, name, CRIU_CORE_MAGIC, &f, why, whylen);
+	err = img_first(d->dfd, name, CRIU_CORE_MAGIC,
+			&faultd_criu__core_entry__descriptor,
+			(ProtobufCMessage **)&c, why, whylen);
 	if (err)
 		return err;
-	err = IMG_UNPACK(faultd_criu__core_entry, &f, &c, why, whylen);
-	img_free(&f);
-	if (err == 0)
-		return why_set(why, whylen, -EBADMSG, "%s: empty", name);
-	if (err < 0)
-		return err;
-	err = 0;
 	if (!c->tc)
 		err = why_set(why, whylen, -EBADMSG, "%s: no task state", name);
 	else if (c->tc->task_state == CRIU_TASK_DEAD)
@@ -346,21 +368,15 @@ static int load_vmas(struct criu_dump *d, pid_t pid, struct vma **vp,
 		     size_t *np, char *why, size_t whylen)
 {
 	FaultdCriu__MmEntry *mm;
-	struct img_file f;
 	char name[32];
 	int err;
 
 	snprintf(name, sizeof(name), "mm-%d.img", (int)pid);
-	err = img_load(d->dfd, name, CRIU_MM_MAGIC, &f, why, whylen);
+	err = img_first(d->dfd, name, CRIU_MM_MAGIC,
+			&faultd_criu__mm_entry__descriptor,
+			(ProtobufCMessage **)&mm, why, whylen);
 	if (err)
 		return err;
-	err = IMG_UNPACK(faultd_criu__mm_entry, &f, &mm, why, whylen);
-	img_free(&f);
-	if (err == 0)
-		return why_set(why, whylen, -EBADMSG, "%s: empty", name);
-	if (err < 0)
-		return err;
-	err = 0;
 	*vp = calloc(mm->n_vmas ? mm->n_vmas : 1, sizeof(**vp));
 	if (!*vp)
 		err = -ENOMEM;
