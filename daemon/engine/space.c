@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bitmap.h"
 #include "engine_int.h"
 
 #define AROUND_DEFAULT (64ul << 10)
@@ -48,18 +49,20 @@
  * Bits and segments.
  */
 
+/*
+ * A page's bits (bitmap.h): read with acquire, to see what the install
+ * that set it wrote; set with seq_cst, as whoever sets "done" first
+ * counts the page and the push and the faults race for it.
+ */
 static bool bit_test(_Atomic uint64_t *bm, uint64_t i)
 {
-	return atomic_load_explicit(&bm[bit_word(i)], memory_order_acquire) &
-	       bit_mask(i);
+	return bitmap_test_atomic(bm, i, memory_order_acquire);
 }
 
 /* Set bit @i; returns whether it was clear. */
 static bool bit_set(_Atomic uint64_t *bm, uint64_t i)
 {
-	uint64_t bit = bit_mask(i);
-
-	return !(atomic_fetch_or(&bm[bit_word(i)], bit) & bit);
+	return !bitmap_test_and_set(bm, i, memory_order_seq_cst);
 }
 
 /* The segment that tracks source offset @off, or NULL. */
