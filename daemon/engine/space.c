@@ -631,7 +631,9 @@ void space_mark_gone(struct space *sp)
 
 /*
  * The install of [a, a + len) ended: count it and mark its tracked pages
- * done. Returns what the fault's caller should do. Context: sp->lock.
+ * done. Returns 0 when it reached its end or its range is gone, else the
+ * -errno it stopped at (the push's answer; a fault's is
+ * install_fault_ret()). Context: sp->lock.
  */
 static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 			const struct inst_res *res, bool background)
@@ -679,19 +681,22 @@ static void install_req(struct space *sp, struct inst_req *q, uint64_t dst,
 	};
 }
 
-static int install_runs_locked(struct space *sp, const struct plan *pl,
-			       const char *buf);
+static struct fault_ret install_runs_locked(struct space *sp,
+					    const struct plan *pl,
+					    const char *buf);
 
 /*
  * install_window_locked() - install the planned window from @buf (NULL:
- * zeros), in runs of wanted pages. Returns 0, -EAGAIN (an event is
- * pending: park the fault) or the -errno of a failed install.
+ * zeros), in runs of wanted pages. Returns as install_fault_ret():
+ * FR_DONE, FR_PARK (an event is pending) or FR_ERROR (a failed install).
  * Context: sp->lock (read), the plan still current.
  */
-static int install_window_locked(struct space *sp, const struct plan *pl,
-				 const char *buf, unsigned int slot)
+static struct fault_ret install_window_locked(struct space *sp,
+					      const struct plan *pl,
+					      const char *buf,
+					      unsigned int slot)
 {
-	int ret;
+	struct fault_ret ret;
 
 	state_inflight(sp, slot, pl->src, pl->len);
 	ret = install_runs_locked(sp, pl, buf);
@@ -700,8 +705,9 @@ static int install_window_locked(struct space *sp, const struct plan *pl,
 }
 
 /* The runs of wanted pages of the window. Context: as the caller's. */
-static int install_runs_locked(struct space *sp, const struct plan *pl,
-			       const char *buf)
+static struct fault_ret install_runs_locked(struct space *sp,
+					    const struct plan *pl,
+					    const char *buf)
 {
 	uint64_t end = pl->start + pl->len, a = pl->start;
 	size_t ps = sp->page_size;
@@ -709,8 +715,8 @@ static int install_runs_locked(struct space *sp, const struct plan *pl,
 	while (a < end) {
 		struct inst_req q;
 		struct inst_res res;
+		struct fault_ret ret;
 		uint64_t b;
-		int ret;
 
 		if (!page_wanted(sp, pl, a)) {
 			a += ps;
@@ -721,12 +727,13 @@ static int install_runs_locked(struct space *sp, const struct plan *pl,
 		install_req(sp, &q, a, b - a, buf ? buf + (a - pl->start) : 0,
 			    pl->zero, 0);
 		install_range(&q, &res);
-		ret = install_done(sp, pl, a, &res, false);
-		if (ret)
+		install_done(sp, pl, a, &res, false);
+		ret = install_fault_ret(&res);
+		if (!fr_is(ret, FR_DONE))
 			return ret;
 		a = b;
 	}
-	return 0;
+	return fr(FR_DONE);
 }
 
 /* Poison the faulting page: the source cannot give its content. */
@@ -774,8 +781,6 @@ static int fill_plan(struct space *sp, struct plan *pl, char *buf)
 	return space_read(sp, pl->src, pl->len, buf, SRC_READ_URGENT);
 }
 
-enum { F_DONE, F_PARK, F_REPLAN };
-
 /*
  * The planned window's content: the source's own mapping where it has
  * one (and @no_view is false), else read into @buf. *data points at it.
@@ -792,57 +797,71 @@ static int fault_content(struct space *sp, struct plan *pl, char *buf,
 }
 
 /*
- * One try of the fault on @page. @no_view: read the content even where
- * the source has a mapping (set when an install from it failed: the file
- * shrank underneath, and the read then fails and poisons). An install
- * that fails otherwise (ENOMEM) is tried again; on the @last try the page
- * is poisoned: its thread gets SIGBUS rather than sleep for ever (a
- * failed ioctl wakes no one).
+ * settle_locked() - the one place where a fault that failed becomes a
+ * poisoned page, as the library's fault_settle(). FR_ERROR on the @last
+ * try is poisoned: its thread gets SIGBUS rather than sleep for ever (a
+ * failed ioctl wakes no one); before it, the fault is planned again (an
+ * install that failed for want of memory may go in). Anything else
+ * passes. Context: sp->lock (read), the plan still current.
  */
-static int fault_once(struct space *sp, uint64_t page, char *buf,
-		      unsigned int slot, bool *no_view, bool last)
+static struct fault_ret settle_locked(struct space *sp, const struct plan *pl,
+				      struct fault_ret ret, bool last)
+{
+	if (!fr_is(ret, FR_ERROR))
+		return ret;
+	if (last) {
+		poison_page_locked(sp, pl, ret.err);
+		return fr(FR_DONE);
+	}
+	dlog(LOG_INFO, "%s: space %llu: fault at %#llx: %s: again",
+	     sp->s->o.name, (unsigned long long)sp->id,
+	     (unsigned long long)pl->page, strerror(-ret.err));
+	return fr(FR_REPLAN);
+}
+
+/*
+ * One try of the fault on @page: FR_DONE, FR_PARK (an event is pending)
+ * or FR_REPLAN (the ranges changed while the source was read, or the
+ * install failed and may go in on another try). Content the source
+ * cannot give is poisoned at once: no try gives it. @no_view: read the
+ * content even where the source has a mapping (set when an install from
+ * it failed with EFAULT: the file shrank underneath, and the read then
+ * fails and poisons).
+ */
+static struct fault_ret fault_once(struct space *sp, uint64_t page,
+				   char *buf, unsigned int slot,
+				   bool *no_view, bool last)
 {
 	const char *data = NULL;
-	bool viewed = false;
+	struct fault_ret ret;
 	struct plan pl;
-	int ret = 0;
+	int err = 0;
 
 	pthread_rwlock_rdlock(&sp->lock);
 	if (!plan_locked(sp, page, &pl)) {
 		pthread_rwlock_unlock(&sp->lock);
 		uffd_wake(sp->uffd, page, sp->page_size);
-		return F_DONE;
+		return fr(FR_DONE);
 	}
 	pthread_rwlock_unlock(&sp->lock);
 	if (!pl.zero)
-		ret = fault_content(sp, &pl, buf, *no_view, &data);
+		err = fault_content(sp, &pl, buf, *no_view, &data);
 	install_begin(sp);
 	if (pl.gen != sp->gen) {
-		install_end(sp);
-		return F_REPLAN;
-	}
-	if (ret) {
-		poison_page_locked(sp, &pl, ret);
-		ret = 0;
+		ret = fr(FR_REPLAN);
+	} else if (err) {
+		ret = settle_locked(sp, &pl, fr_error(err), true);
 	} else {
 		ret = install_window_locked(sp, &pl, data, slot);
-		viewed = ret == -EFAULT && data && data != buf;
-		if (ret && ret != -EAGAIN && !viewed && last)
-			poison_page_locked(sp, &pl, ret);
+		if (fr_is(ret, FR_ERROR) && ret.err == -EFAULT && data &&
+		    data != buf) {
+			*no_view = true;
+			ret = fr(FR_REPLAN);
+		}
+		ret = settle_locked(sp, &pl, ret, last);
 	}
 	install_end(sp);
-	if (!ret)
-		return F_DONE;
-	if (ret == -EAGAIN)
-		return F_PARK;
-	if (viewed)
-		*no_view = true;
-	else
-		dlog(last ? LOG_WARNING : LOG_INFO,
-		     "%s: space %llu: fault at %#llx: %s%s", sp->s->o.name,
-		     (unsigned long long)sp->id, (unsigned long long)page,
-		     strerror(-ret), last ? ": poisoned" : ": again");
-	return last && !viewed ? F_DONE : F_REPLAN;
+	return ret;
 }
 
 /*
@@ -882,8 +901,8 @@ static struct fault_ret space_fault(struct ureader *rd, struct uport *p,
 	struct space *sp = p->owner;
 	struct worker *w = rd->owner;
 	uint64_t page = req->addr & ~(uint64_t)(sp->page_size - 1);
+	struct fault_ret ret = fr(FR_REPLAN);
 	bool no_view = false;
-	int ret = F_REPLAN;
 
 	if (!req->counted) {
 		req->counted = true;
@@ -892,10 +911,10 @@ static struct fault_ret space_fault(struct ureader *rd, struct uport *p,
 		if (sp->seen)
 			record_touch(sp, page);
 	}
-	for (int i = 0; i < FAULT_TRIES && ret == F_REPLAN; i++)
+	for (int i = 0; i < FAULT_TRIES && fr_is(ret, FR_REPLAN); i++)
 		ret = fault_once(sp, page, w->buf, w->slot, &no_view,
 				 i == FAULT_TRIES - 1);
-	if (ret == F_DONE) {
+	if (fr_is(ret, FR_DONE)) {
 		fault_latency(sp, req);
 		return fr(FR_DONE);
 	}
