@@ -13,19 +13,20 @@
  * (restore_note_fault(), from the fault path) and the set written when
  * the region is destroyed; a recording region has no fault-around (a page
  * put in around another's fault would never fault, and would be missing
- * from the set), so the set is the pages the restore touched. A replay runs in WS_THREADS threads of their own
- * at nice 19 (a handler thread preempts them: faults stay first; not when
- * the caller waits for the set, FAULTD_RESTORE_WSET_FIRST: the replay is
- * then what the program waits for), taking reads in turn, so that two
- * are in flight: the set's pages, joined into spans of consecutive pages
- * (wset_spans()), read in image order with one large read for spans less
- * than WS_GAP apart (the blocks between are read, not installed: a gap
- * costs less than another read), up to WS_READ bytes (io_uring, 64 KiB
- * chunks in flight: image_read(); the read after the next is hinted to
- * the kernel with POSIX_FADV_WILLNEED, so the disk reads ahead),
- * installed with UFFDIO_COPY and DONTWAKE (pages already in are stepped
- * over; a gap is read, not installed) and woken with one UFFDIO_WAKE per
- * span. Then the background population, unless LAZY.
+ * from the set), so the set is the pages the restore touched.
+ *
+ * A replay follows wset_plan(), as the daemon's does: runs of
+ * consecutive pages, fetched by reads in image order (runs less than
+ * WSET_READ_GAP apart read at once, the blocks between read but not
+ * installed, up to WSET_READ_MAX bytes; io_uring, 64 KiB chunks in
+ * flight: image_read()). WS_THREADS threads of their own take the reads
+ * in turn, so that two are in flight, and hint the one after those to
+ * the kernel (POSIX_FADV_WILLNEED: the disk reads ahead). They run at
+ * nice 19 - a handler thread preempts them: faults stay first - except
+ * when the caller waits for the set (FAULTD_RESTORE_WSET_FIRST: the
+ * replay is then what the program waits for). A run is installed with
+ * UFFDIO_COPY and DONTWAKE (pages already in are stepped over) and woken
+ * with one UFFDIO_WAKE. Then the background population, unless LAZY.
  *
  * UFFDIO_MOVE from the staging buffer instead of COPY was measured here
  * (this 2-vCPU machine, 256 MiB in 4 MiB reads from the page cache): COPY
@@ -47,8 +48,6 @@
 #include "internal.h"
 #include "wset.h"
 
-#define WS_READ (4ul << 20)	/* one span's most */
-#define WS_GAP (256ul << 10)	/* runs this close: one read */
 #define WS_NICE 19
 #define WS_THREADS 2	/* reads in flight at once, as the daemon's pushers */
 
@@ -63,10 +62,7 @@ struct rwset {
 	/* Through the daemon: the files for REGISTER; -1: none */
 	int record_fd, set_fd;
 	/* Replay in the process */
-	struct wset_span *spans;
-	size_t nr_spans;
-	size_t *groups;		/* read k covers spans [groups[k], groups[k+1]) */
-	size_t nr_groups;
+	struct wset_plan plan;
 	atomic_size_t next;	/* the next read to take */
 	bool then_prefetch;
 	bool waited;		/* the caller waits for it: not niced */
@@ -110,24 +106,6 @@ static int set_load(struct faultd_region *r, struct image *img,
 		fd_err(r->ctx, "%s: working set %s: %s (%s): not used",
 		       r->name, path, why, strerror(-ret));
 	return ret;
-}
-
-/* The spans of @ws a replay in the process reads. */
-static int set_spans(struct rwset *w, const struct wset *ws)
-{
-	ssize_t n = wset_spans(ws, 0, w->r->page_size, 0, WS_READ, &w->spans);
-
-	if (n < 0)
-		return (int)n;
-	w->nr_spans = (size_t)n;
-	w->groups = malloc((w->nr_spans + 1) * sizeof(*w->groups));
-	if (!w->groups)
-		return -ENOMEM;
-	for (size_t i = 0; i < w->nr_spans;
-	     i = wset_read_group(w->spans, i, w->nr_spans, WS_GAP, WS_READ))
-		w->groups[w->nr_groups++] = i;
-	w->groups[w->nr_groups] = w->nr_spans;
-	return 0;
 }
 
 /* Recording in the process: the recorder, tied to the image. */
@@ -201,7 +179,7 @@ int rws_create(struct faultd_region *r, struct image *img,
 		ret = rec_setup(w, o->record_working_set);
 	if (!ret && !(o->flags & FAULTD_RESTORE_DAEMON) && o->working_set &&
 	    !set_load(r, img, o->working_set, &ws)) {
-		ret = set_spans(w, &ws);
+		ret = wset_plan(&ws, 0, &w->plan);
 		wset_free(&ws);
 	}
 	if (ret) {
@@ -260,76 +238,70 @@ void rws_save(struct rwset *w)
  * Replay in the process.
  */
 
-/* Install span @sp from @buf (which holds source [@at, ..)). */
-static void span_install(struct rwset *w, const struct wset_span *sp,
-			 uint64_t at, const char *buf)
+/* Install @run from @buf (which holds source [@at, ..)). */
+static void run_install(struct rwset *w, const struct wset_span *run,
+			uint64_t at, const char *buf)
 {
 	struct faultd_region *r = w->r;
 	struct inst_req q = {
 		.uffd = r->group->uffd, .op = INST_COPY,
 		.flags = INST_DONTWAKE |
 			 (r->wp_mode != WP_NONE ? INST_WP : 0),
-		.dst = r->base + sp->off, .len = sp->len,
-		.page_size = r->page_size, .src = buf + (sp->off - at),
+		.dst = r->base + run->off, .len = run->len,
+		.page_size = r->page_size, .src = buf + (run->off - at),
 	};
 	struct inst_res res;
 
 	install_range(&q, &res);
-	uffd_wake(r->group->uffd, r->base + sp->off, sp->len);
+	uffd_wake(r->group->uffd, r->base + run->off, run->len);
 	atomic_fetch_add(&w->pages, res.done / r->page_size);
 	stat_add_shared(r->bg_stats, ST_READAHEAD, res.done / r->page_size);
 }
 
 /*
- * Read spans [i, j) with one read and install them. Context: the replay
+ * Read @k of the plan: read it and install its runs. Context: the replay
  * thread, r->lock held for reading.
  */
-static void group_replay(struct rwset *w, size_t i, size_t j, char *buf)
+static void read_replay(struct rwset *w, size_t k, char *buf)
 {
-	uint64_t at = w->spans[i].off;
-	uint64_t len = w->spans[j - 1].off + w->spans[j - 1].len - at;
+	struct wset_span rd = wset_plan_read(&w->plan, k);
 	uint64_t t0 = now_ns();
-	ssize_t n = image_read(w->img, at, buf, len);
+	ssize_t n = image_read(w->img, rd.off, buf, rd.len);
 
 	atomic_fetch_add(&w->read_ns, now_ns() - t0);
 	if (n < 0) { /* a bad block: the fault that reads it poisons it */
 		fd_warn(w->r->ctx, "%s: working set: image [%#llx, +%#llx): "
 				   "%s: left to the faults", w->r->name,
-			(unsigned long long)at, (unsigned long long)len,
+			(unsigned long long)rd.off, (unsigned long long)rd.len,
 			strerror((int)-n));
 		return;
 	}
-	atomic_fetch_add(&w->bytes, len);
-	for (size_t k = i; k < j; k++)
-		span_install(w, &w->spans[k], at, buf);
-}
-
-static void group_willneed(struct rwset *w, size_t k)
-{
-	const struct wset_span *a = &w->spans[w->groups[k]];
-	const struct wset_span *z = &w->spans[w->groups[k + 1] - 1];
-
-	image_willneed(w->img, a->off, z->off + z->len - a->off);
+	atomic_fetch_add(&w->bytes, rd.len);
+	for (size_t i = w->plan.reads[k]; i < w->plan.reads[k + 1]; i++)
+		run_install(w, &w->plan.runs[i], rd.off, buf);
 }
 
 /* Take reads in turn with the other replay threads, in image order. */
-static void replay_groups(struct rwset *w, char *buf)
+static void replay_reads(struct rwset *w, char *buf)
 {
 	struct faultd_region *r = w->r;
 	size_t k;
 
 	while (!atomic_load(&w->stop) &&
-	       (k = atomic_fetch_add(&w->next, 1)) < w->nr_groups) {
-		size_t i = w->groups[k], j = w->groups[k + 1];
+	       (k = atomic_fetch_add(&w->next, 1)) < w->plan.nr_reads) {
+		struct wset_span rd = wset_plan_read(&w->plan, k);
 
 		/* The disk reads the read after the next while we take
 		 * this one (the other thread has the next). */
-		if (k + WS_THREADS < w->nr_groups)
-			group_willneed(w, k + WS_THREADS);
+		if (k + WS_THREADS < w->plan.nr_reads) {
+			struct wset_span ahead =
+				wset_plan_read(&w->plan, k + WS_THREADS);
+
+			image_willneed(w->img, ahead.off, ahead.len);
+		}
 		pthread_rwlock_rdlock(&r->lock);
-		if (!r->dead && w->spans[j - 1].off + w->spans[j - 1].len <=
-					atomic_load(&r->len))
-			group_replay(w, i, j, buf);
+		if (!r->dead && rd.off + rd.len <= atomic_load(&r->len))
+			read_replay(w, k, buf);
 		pthread_rwlock_unlock(&r->lock);
 	}
 }
@@ -354,12 +326,12 @@ static void replay_end(struct rwset *w)
 static void *replay_main(void *arg)
 {
 	struct rwset *w = arg;
-	char *buf = aligned_alloc(4096, WS_READ);
+	char *buf = aligned_alloc(4096, WSET_READ_MAX);
 
 	if (!w->waited)
 		setpriority(PRIO_PROCESS, (id_t)gettid(), WS_NICE);
 	if (buf)
-		replay_groups(w, buf);
+		replay_reads(w, buf);
 	else
 		fd_warn(w->r->ctx, "%s: a replay thread has no memory: the "
 				   "others go on", w->r->name);
@@ -381,7 +353,7 @@ int rws_replay_start(struct rwset *w, bool then_prefetch, bool waited)
 {
 	int ret = 0;
 
-	if (!w || !w->nr_spans)
+	if (!w || !w->plan.nr_runs)
 		return -ENOENT;
 	w->then_prefetch = then_prefetch;
 	w->waited = waited;
@@ -452,7 +424,6 @@ void rws_free(struct rwset *w)
 	wset_rec_free(&w->rec);
 	free(w->seen);
 	free(w->record_path);
-	free(w->spans);
-	free(w->groups);
+	wset_plan_free(&w->plan);
 	free(w);
 }

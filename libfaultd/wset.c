@@ -631,16 +631,16 @@ static int cmp_span(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Join sorted windows @w (n) in place into spans; returns how many. */
-static size_t spans_join(struct wset_span *w, size_t n, uint64_t gap,
-			 uint64_t max)
+/* Join sorted windows @w (n) in place where they overlap or touch, into
+ * spans of at most @max bytes; returns how many. */
+static size_t spans_join(struct wset_span *w, size_t n, uint64_t max)
 {
 	size_t out = 0;
 
 	for (size_t i = 0; i < n;) {
 		uint64_t a = w[i].off, b = w[i].off + w[i].len;
 
-		for (i++; i < n && w[i].off <= b + gap; i++) {
+		for (i++; i < n && w[i].off <= b; i++) {
 			uint64_t e = w[i].off + w[i].len;
 
 			if ((e > b ? e : b) - a > max)
@@ -653,14 +653,12 @@ static size_t spans_join(struct wset_span *w, size_t n, uint64_t gap,
 }
 
 /*
- * wset_spans() - what a replay of set space @k installs: each page's
- * window of @around bytes (aligned; clipped to the source), sorted by
- * source offset, joined where they overlap or lie less than @gap apart
- * (0: touch), into spans of at most @max bytes (a window is never cut).
- * Returns how many spans are in *out (the caller frees it), or -ENOMEM.
+ * The runs of set space @k: its pages (clipped to the source), sorted by
+ * source offset, joined where they touch into runs of at most @max bytes.
+ * Returns how many are in *out (the caller frees it), or -ENOMEM.
  */
-ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
-		   uint64_t gap, uint64_t max, struct wset_span **out)
+static ssize_t plan_runs(const struct wset *ws, uint32_t k, uint64_t max,
+			 struct wset_span **out)
 {
 	const struct wset_space *s = &ws->spaces[k];
 	struct wset_span *w = malloc((ws->nr ? ws->nr : 1) * sizeof(*w));
@@ -668,31 +666,29 @@ ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
 
 	if (!w)
 		return -ENOMEM;
-	if (around < s->page_size)
-		around = s->page_size;
 	for (uint64_t i = 0; i < ws->nr; i++) {
-		uint64_t off = ws->e[i].page * s->page_size, a;
+		uint64_t off = ws->e[i].page * s->page_size;
 
 		if (ws->e[i].space != k)
 			continue;
-		a = off - off % around;
 		w[n++] = (struct wset_span){
-			a, (a + around < s->src_size ? a + around
-						     : s->src_size) - a };
+			off, (off + s->page_size < s->src_size
+				      ? off + s->page_size
+				      : s->src_size) - off };
 	}
 	qsort(w, n, sizeof(*w), cmp_span);
 	*out = w;
-	return (ssize_t)spans_join(w, n, gap, max);
+	return (ssize_t)spans_join(w, n, max);
 }
 
 /*
- * wset_read_group() - the spans @s[i..return) that one read covers: the
- * next ones while they start less than @gap after the previous one's end
- * and the read stays within @max bytes (reading a gap costs less than
- * another read). At least one.
+ * The runs @s[i..return) that one read covers: the next ones while they
+ * start less than @gap after the previous one's end and the read stays
+ * within @max bytes (reading a gap costs less than another read). At
+ * least one.
  */
-size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,
-		       uint64_t gap, uint64_t max)
+static size_t plan_read_end(const struct wset_span *s, size_t i, size_t n,
+			    uint64_t gap, uint64_t max)
 {
 	size_t j = i + 1;
 
@@ -700,6 +696,51 @@ size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,
 	       s[j].off + s[j].len - s[i].off <= max)
 		j++;
 	return j;
+}
+
+/*
+ * wset_plan() - the replay of set space @k, for the library's restores
+ * and the daemon's sessions alike: the runs of consecutive pages it
+ * installs, and the reads, in source order, that fetch them - runs less
+ * than WSET_READ_GAP apart read at once, up to WSET_READ_MAX bytes (the
+ * gaps are read, not installed). Returns 0 or -ENOMEM; wset_plan_free()
+ * it either way.
+ */
+int wset_plan(const struct wset *ws, uint32_t k, struct wset_plan *p)
+{
+	struct wset_span *runs;
+	ssize_t n = plan_runs(ws, k, WSET_READ_MAX, &runs);
+
+	*p = (struct wset_plan){ 0 };
+	if (n < 0)
+		return (int)n;
+	p->runs = runs;
+	p->nr_runs = (size_t)n;
+	p->reads = malloc((p->nr_runs + 1) * sizeof(*p->reads));
+	if (!p->reads)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->nr_runs;
+	     i = plan_read_end(p->runs, i, p->nr_runs, WSET_READ_GAP,
+			       WSET_READ_MAX))
+		p->reads[p->nr_reads++] = i;
+	p->reads[p->nr_reads] = p->nr_runs;
+	return 0;
+}
+
+/* Source [off, off + len) of read @k of @p: its first run to its last. */
+struct wset_span wset_plan_read(const struct wset_plan *p, size_t k)
+{
+	const struct wset_span *a = &p->runs[p->reads[k]];
+	const struct wset_span *z = &p->runs[p->reads[k + 1] - 1];
+
+	return (struct wset_span){ a->off, z->off + z->len - a->off };
+}
+
+void wset_plan_free(struct wset_plan *p)
+{
+	free(p->runs);
+	free(p->reads);
+	*p = (struct wset_plan){ 0 };
 }
 
 /* ------------------------------------------------------------------------

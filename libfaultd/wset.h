@@ -68,9 +68,22 @@ struct wset {
 	uint64_t nr;
 };
 
-/* Source [off, off + len): what one read of a replay covers. */
+/* Source [off, off + len): a run of a replay, or what one read covers. */
 struct wset_span {
 	uint64_t off, len;
+};
+
+/* A replay's reads: one's most, and how close two runs must be to be
+ * read at once (reading a gap costs less than another read). */
+#define WSET_READ_MAX (4ul << 20)
+#define WSET_READ_GAP (256ul << 10)
+
+/* The replay of one set space (wset_plan()). */
+struct wset_plan {
+	struct wset_span *runs;	/* consecutive pages, in source order */
+	size_t nr_runs;
+	size_t *reads;		/* read k: runs [reads[k], reads[k + 1]) */
+	size_t nr_reads;
 };
 
 /* A recorder: entries as they come, from any thread. */
@@ -109,10 +122,9 @@ int wset_merge(const struct wset *in, size_t n, unsigned int min_count,
 	       struct wset *out, const char **why);
 uint64_t wset_ranges(const struct wset *ws);
 int wset_dedupe(struct wset *ws);
-ssize_t wset_spans(const struct wset *ws, uint32_t k, uint64_t around,
-		   uint64_t gap, uint64_t max, struct wset_span **out);
-size_t wset_read_group(const struct wset_span *s, size_t i, size_t n,
-		       uint64_t gap, uint64_t max);
+int wset_plan(const struct wset *ws, uint32_t k, struct wset_plan *p);
+struct wset_span wset_plan_read(const struct wset_plan *p, size_t k);
+void wset_plan_free(struct wset_plan *p);
 struct image;
 void wset_image_space(const struct image *img, struct wset_space *s);
 

@@ -103,6 +103,52 @@ static void set_of(struct wset *ws, struct wset_space *sp,
 	*ws = (struct wset){ sp, 1, e, n };
 }
 
+/*
+ * The replay plan the library and the daemon share: pages joined into
+ * runs (at most WSET_READ_MAX each, the last clipped to the source), runs
+ * less than WSET_READ_GAP apart fetched by one read.
+ */
+Test(wset, plan_joins_pages_into_runs_and_runs_into_reads)
+{
+	const uint64_t P = 4096, size = 5000 * P + 2048;
+	uint64_t pages[3 + 1 + 1 + 1 + 1100 + 1] = { 12, 10, 11, 20, 85, 1000 };
+	const struct wset_span runs[] = {
+		{ 10 * P, 3 * P }, { 20 * P, P }, { 85 * P, P },
+		{ 1000 * P, P }, { 2000 * P, WSET_READ_MAX },
+		{ 3024 * P, 76 * P }, { 5000 * P, 2048 },
+	};
+	const size_t reads[] = { 0, 3, 4, 5, 6, 7 };
+	struct wset_space sp = space_of(1, size);
+	struct wset_entry e[sizeof(pages) / sizeof(pages[0])];
+	struct wset_plan p;
+	struct wset_span rd;
+	struct wset ws;
+
+	/* 85 is exactly WSET_READ_GAP after 20's run: read with it. */
+	cr_assert_eq((85 - 21) * P, WSET_READ_GAP);
+	for (size_t i = 0; i < 1100; i++)
+		pages[6 + i] = 3099 - i;	/* in no order */
+	pages[6 + 1100] = 5000;
+	set_of(&ws, &sp, e, pages, sizeof(pages) / sizeof(pages[0]));
+	cr_assert_eq(wset_plan(&ws, 0, &p), 0);
+	cr_assert_eq(p.nr_runs, sizeof(runs) / sizeof(runs[0]));
+	for (size_t i = 0; i < p.nr_runs; i++)
+		cr_expect(p.runs[i].off == runs[i].off &&
+			  p.runs[i].len == runs[i].len,
+			  "run %zu: [%#lx, +%#lx)", i, p.runs[i].off,
+			  p.runs[i].len);
+	cr_assert_eq(p.nr_reads, sizeof(reads) / sizeof(reads[0]) - 1);
+	for (size_t k = 0; k <= p.nr_reads; k++)
+		cr_expect_eq(p.reads[k], reads[k], "read %zu", k);
+	rd = wset_plan_read(&p, 0);
+	cr_expect(rd.off == 10 * P && rd.len == 76 * P, "read 0: [%#lx, +%#lx)",
+		  rd.off, rd.len);
+	rd = wset_plan_read(&p, 4);
+	cr_expect(rd.off == 5000 * P && rd.len == 2048);
+	wset_plan_free(&p);
+	cr_expect_null(p.runs);
+}
+
 static int load(const char *path, struct wset *ws)
 {
 	const char *why;

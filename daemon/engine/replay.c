@@ -11,9 +11,9 @@
  * fault-around: a page installed around another's fault would never fault,
  * and would not be in the set), so a set is the pages the restore touched;
  * a replay installs those, and a restore that touches the same pages
- * faults on none of them. A space's pages are sorted by source offset and
- * joined into runs of consecutive pages (wset_spans()); runs less than
- * REPLAY_GAP apart are read with one read of at most REPLAY_READ bytes
+ * faults on none of them. A space's replay is wset_plan()'s, as the
+ * library's: runs of consecutive pages in source order, runs less than
+ * WSET_READ_GAP apart read with one read of at most WSET_READ_MAX bytes
  * (reading a gap costs less than another read; it is not installed): the
  * reads are made in source order, each one large (an image reads through
  * io_uring, 64 KiB chunks in flight), the push threads taking them in
@@ -42,9 +42,6 @@
 
 #include "engine_int.h"
 
-#define REPLAY_READ (4ul << 20)	/* one span's most */
-#define REPLAY_GAP (256ul << 10)	/* runs this close: one read */
-
 /* A read: source [off, off + len) of a space, spans [first, end) of it. */
 struct span {
 	struct space *sp;
@@ -60,13 +57,14 @@ struct replay {
 	uint64_t pages;		/* of the set that are used */
 	atomic_size_t next;	/* the next span to take */
 	atomic_uint running;	/* push threads still replaying */
-	char *bufs[PUSHERS];	/* REPLAY_READ each */
+	char *bufs[PUSHERS];	/* WSET_READ_MAX each */
 };
 
-static int span_add(struct replay *rp, struct space *sp, size_t first,
-		    size_t end)
+/* Append read @k of plan @p, of space @sp, whose runs start at @base. */
+static int span_add(struct replay *rp, struct space *sp,
+		    const struct wset_plan *p, size_t k, size_t base)
 {
-	const struct wset_span *a = &rp->runs[first], *z = &rp->runs[end - 1];
+	struct wset_span rd = wset_plan_read(p, k);
 
 	if (rp->nr == rp->cap) {
 		size_t cap = rp->cap ? 2 * rp->cap : 256;
@@ -77,9 +75,9 @@ static int span_add(struct replay *rp, struct space *sp, size_t first,
 		rp->spans = v;
 		rp->cap = cap;
 	}
-	rp->spans[rp->nr++] = (struct span){ sp, a->off,
-					     z->off + z->len - a->off, first,
-					     end };
+	rp->spans[rp->nr++] = (struct span){ sp, rd.off, rd.len,
+					     base + p->reads[k],
+					     base + p->reads[k + 1] };
 	return 0;
 }
 
@@ -97,23 +95,21 @@ static int runs_add(struct replay *rp, const struct wset_span *w, size_t n)
 	return 0;
 }
 
-/* The runs and reads of set space @k, for @sp. */
+/* The runs and reads of set space @k (wset_plan()), for @sp. */
 static int space_windows(struct replay *rp, const struct wset *ws,
 			 uint32_t k, struct space *sp)
 {
-	struct wset_span *w;
-	ssize_t n = wset_spans(ws, k, sp->page_size, 0, REPLAY_READ, &w);
+	struct wset_plan p;
 	size_t base = rp->nr_runs;
-	int ret = n < 0 ? (int)n : runs_add(rp, w, (size_t)n);
+	int ret = wset_plan(ws, k, &p);
 
-	for (size_t i = 0, j; !ret && i < (size_t)n; i = j) {
-		j = wset_read_group(w, i, (size_t)n, REPLAY_GAP, REPLAY_READ);
-		ret = span_add(rp, sp, base + i, base + j);
-	}
+	if (!ret)
+		ret = runs_add(rp, p.runs, p.nr_runs);
+	for (size_t i = 0; !ret && i < p.nr_reads; i++)
+		ret = span_add(rp, sp, &p, i, base);
 	for (uint64_t i = 0; i < ws->nr; i++)
 		rp->pages += ws->e[i].space == k;
-	if (n >= 0)
-		free(w);
+	wset_plan_free(&p);
 	return ret;
 }
 
@@ -178,7 +174,7 @@ static int replay_load(struct session *s, struct wset *ws, const char **why)
 static int replay_bufs(struct replay *rp)
 {
 	for (unsigned int k = 0; k < PUSHERS; k++) {
-		rp->bufs[k] = aligned_alloc(4096, REPLAY_READ);
+		rp->bufs[k] = aligned_alloc(4096, WSET_READ_MAX);
 		if (!rp->bufs[k])
 			return -ENOMEM;
 	}
