@@ -235,9 +235,13 @@ static int read_entries(struct reader *rd, struct wset *ws, uint64_t nr,
 /* A page listed twice (a set lists a page once). Sorts a copy. */
 static int entries_unique(const struct wset *ws, const char **why)
 {
-	struct wset_entry *e = malloc((ws->nr ? ws->nr : 1) * sizeof(*e));
+	struct wset_entry *e;
 	int ret = 0;
 
+	/* A set the filter emptied has no entry array to copy. */
+	if (ws->nr < 2)
+		return 0;
+	e = malloc(ws->nr * sizeof(*e));
 	*why = "out of memory";
 	if (!e)
 		return -ENOMEM;
