@@ -5,11 +5,13 @@
  * Every page bitmap of the library and the daemon (dirty pages, claims,
  * a clone's own pages, the evictor's used bits, poisons, a daemon space's
  * done and zero pages) is indexed through these, plain or atomic alike:
- * the caller picks the access and its memory order.
+ * the helpers below for whole-bit operations, bit_word()/bit_mask() for
+ * the rest. The caller of an atomic one picks its memory order.
  */
 #ifndef FAULTD_BITMAP_H
 #define FAULTD_BITMAP_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +45,38 @@ static inline void bitmap_set_range(uint64_t *map, uint64_t from, uint64_t to)
 {
 	for (uint64_t i = from; i < to; i++)
 		map[bit_word(i)] |= bit_mask(i);
+}
+
+/*
+ * Bitmaps that threads change concurrently (_Atomic words), a bit at a
+ * time, as the kernel's test_bit(), test_and_set_bit() and
+ * test_and_clear_bit(). @mo orders the access against the caller's other
+ * accesses (memory_order_relaxed where a lock does, seq_cst where two
+ * threads each change their bit and then read the other's).
+ */
+
+/* Is bit @i of @map set? */
+static inline bool bitmap_test_atomic(_Atomic uint64_t *map, uint64_t i,
+				      memory_order mo)
+{
+	return atomic_load_explicit(&map[bit_word(i)], mo) & bit_mask(i);
+}
+
+/* Set bit @i of @map; whether it was set before. */
+static inline bool bitmap_test_and_set(_Atomic uint64_t *map, uint64_t i,
+				       memory_order mo)
+{
+	return atomic_fetch_or_explicit(&map[bit_word(i)], bit_mask(i), mo) &
+	       bit_mask(i);
+}
+
+/* Clear bit @i of @map; whether it was set before. */
+static inline bool bitmap_test_and_clear(_Atomic uint64_t *map, uint64_t i,
+					 memory_order mo)
+{
+	return atomic_fetch_and_explicit(&map[bit_word(i)], ~bit_mask(i),
+					 mo) &
+	       bit_mask(i);
 }
 
 #endif /* FAULTD_BITMAP_H */

@@ -40,23 +40,13 @@ struct snapshot {
 	struct faultd_region *child;
 	int memfd;		      /* saved pages, at their offsets */
 	size_t npages, page_size;
+	/* Set with release, read with acquire (as the child's cow_own): what
+	 * was saved before a bit was set is seen by whoever sees the bit. */
 	_Atomic uint64_t *saved;      /* saved before the parent changed it */
 	_Atomic uint64_t *lost;	      /* saving failed: the child poisons */
 	pthread_mutex_t locks[SNAP_LOCKS];
 	struct snapshot *next;	      /* in parent->snaps */
 };
-
-static bool test_bit(_Atomic uint64_t *b, size_t i)
-{
-	return atomic_load_explicit(&b[bit_word(i)], memory_order_acquire) &
-	       bit_mask(i);
-}
-
-static void set_bit(_Atomic uint64_t *b, size_t i)
-{
-	atomic_fetch_or_explicit(&b[bit_word(i)], bit_mask(i),
-				 memory_order_release);
-}
 
 static _Atomic uint64_t *bitmap_new(size_t n)
 {
@@ -102,11 +92,16 @@ static struct snapshot *snap_new(const struct faultd_region *parent)
 	return s;
 }
 
+static bool snap_saved(struct snapshot *s, size_t pg)
+{
+	return bitmap_test_atomic(s->saved, pg, memory_order_acquire);
+}
+
 static bool child_owns(struct snapshot *s, size_t pg)
 {
 	_Atomic uint64_t *own = atomic_load(&s->child->cow_own);
 
-	return own && test_bit(own, pg);
+	return own && bitmap_test_atomic(own, pg, memory_order_acquire);
 }
 
 /* ------------------------------------------------------------------------
@@ -168,14 +163,14 @@ static ssize_t snap_read(struct snapshot *s, uint64_t off, void *buf,
 	size_t pg = off / s->page_size;
 	ssize_t n = -EIO;
 
-	if (!test_bit(s->saved, pg) && s->parent)
+	if (!snap_saved(s, pg) && s->parent)
 		n = source_read(s->parent, off, buf, len, locked);
 	if (n == FAULTD_RETRY)
 		return n;
 	pthread_mutex_lock(snap_lock(s, pg));
-	if (test_bit(s->lost, pg))
+	if (bitmap_test_atomic(s->lost, pg, memory_order_acquire))
 		n = -EIO;
-	else if (test_bit(s->saved, pg))
+	else if (snap_saved(s, pg))
 		n = pread(s->memfd, buf, len, (off_t)off) == (ssize_t)len
 			    ? (ssize_t)len
 			    : -EIO;
@@ -220,7 +215,8 @@ int clone_prepare_locked(struct faultd_region *child)
 
 void clone_own(struct faultd_region *child, uint64_t off)
 {
-	set_bit(atomic_load(&child->cow_own), off / child->page_size);
+	bitmap_test_and_set(atomic_load(&child->cow_own), off / child->page_size,
+			    memory_order_release);
 }
 
 /* Save the page's old content for @s, unless it has it or needs none. */
@@ -230,19 +226,19 @@ static bool snap_save(struct snapshot *s, uint64_t off, const void *old,
 	size_t pg = off / s->page_size;
 	bool saved = false;
 
-	if (pg >= s->npages || test_bit(s->saved, pg) || child_owns(s, pg))
+	if (pg >= s->npages || snap_saved(s, pg) || child_owns(s, pg))
 		return false;
 	pthread_mutex_lock(snap_lock(s, pg));
-	if (!test_bit(s->saved, pg) && !child_owns(s, pg)) {
+	if (!snap_saved(s, pg) && !child_owns(s, pg)) {
 		if (pwrite(s->memfd, old, len, (off_t)off) == (ssize_t)len) {
 			saved = true;
 		} else {
 			fd_err(parent->ctx, "%s: cannot save offset %#llx for "
 			       "a clone: the clone's page is poisoned",
 			       parent->name, (unsigned long long)off);
-			set_bit(s->lost, pg);
+			bitmap_test_and_set(s->lost, pg, memory_order_release);
 		}
-		set_bit(s->saved, pg);
+		bitmap_test_and_set(s->saved, pg, memory_order_release);
 	}
 	pthread_mutex_unlock(snap_lock(s, pg));
 	return saved;
@@ -287,10 +283,10 @@ void clone_parent_destroy(struct faultd_region *parent)
 		for (size_t pg = 0; pg < s->npages; pg++) {
 			uint64_t off = pg * s->page_size;
 
-			if (test_bit(s->saved, pg) || child_owns(s, pg))
+			if (snap_saved(s, pg) || child_owns(s, pg))
 				continue;
 			if (source_read(parent, off, buf, s->page_size, true) < 0)
-				set_bit(s->lost, pg);
+				bitmap_test_and_set(s->lost, pg, memory_order_release);
 			snap_save(s, off, buf, s->page_size, parent);
 		}
 	map_read_unlock(parent->ctx);

@@ -50,8 +50,7 @@ void dirty_mark(struct faultd_region *r, uint64_t off, size_t len)
 {
 	for (uint64_t pg = off / r->page_size; pg < (off + len) / r->page_size;
 	     pg++)
-		atomic_fetch_or_explicit(&r->dirty[bit_word(pg)], bit_mask(pg),
-					 memory_order_relaxed);
+		bitmap_test_and_set(r->dirty, pg, memory_order_relaxed);
 }
 
 /*
@@ -85,10 +84,8 @@ void dirty_take_pages(struct faultd_region *r, const uint64_t *offs,
 {
 	pthread_rwlock_wrlock(&r->dirty_lock);
 	for (size_t i = 0; i < n; i++) {
-		size_t pg = offs[i] / r->page_size;
-		uint64_t bit = bit_mask(pg);
-
-		was[i] = atomic_fetch_and(&r->dirty[bit_word(pg)], ~bit) & bit;
+		was[i] = bitmap_test_and_clear(r->dirty, offs[i] / r->page_size,
+					       memory_order_seq_cst);
 	}
 	pthread_rwlock_unlock(&r->dirty_lock);
 }
@@ -240,9 +237,7 @@ static int forget_locked(struct faultd_region *r, uint64_t off, size_t len)
 	if (n > r->dirty_words * 64 - first)
 		n = r->dirty_words * 64 - first;
 	for (size_t pg = first; pg < first + n; pg++)
-		atomic_fetch_and_explicit(&r->dirty[bit_word(pg)],
-					  ~bit_mask(pg),
-					  memory_order_relaxed);
+		bitmap_test_and_clear(r->dirty, pg, memory_order_relaxed);
 	return 0;
 }
 

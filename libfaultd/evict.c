@@ -184,9 +184,7 @@ static size_t evict_batch(struct faultd_region *r, struct evict *ev, size_t n)
 /* Clear the page's used bit; returns whether it was set. */
 static bool ref_test_clear(struct evict *ev, size_t pg)
 {
-	uint64_t bit = bit_mask(pg);
-
-	return atomic_fetch_and(&ev->ref[bit_word(pg)], ~bit) & bit;
+	return bitmap_test_and_clear(ev->ref, pg, memory_order_seq_cst);
 }
 
 /*
@@ -399,8 +397,7 @@ void evict_mapped(struct faultd_region *r, uint64_t off, size_t len)
 				  memory_order_relaxed);
 	for (size_t pg = off / r->page_size; pg < (off + len) / r->page_size;
 	     pg++)
-		atomic_fetch_or_explicit(&r->ev->ref[bit_word(pg)], bit_mask(pg),
-					 memory_order_relaxed);
+		bitmap_test_and_set(r->ev->ref, pg, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------

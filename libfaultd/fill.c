@@ -71,18 +71,15 @@ void fill_free(struct faultd_region *r)
 /* Take page @pg; false if someone else has it. */
 static bool claim_page(struct faultd_region *r, size_t pg)
 {
-	uint64_t bit = bit_mask(pg);
-
-	return !(atomic_fetch_or(&r->claims[bit_word(pg)], bit) & bit);
+	return !bitmap_test_and_set(r->claims, pg, memory_order_seq_cst);
 }
 
 /* Let page @pg go; whether a fault waited on it meanwhile. */
 static bool unclaim_page(struct faultd_region *r, size_t pg)
 {
-	uint64_t bit = bit_mask(pg);
-
-	atomic_fetch_and(&r->claims[bit_word(pg)], ~bit);
-	return atomic_fetch_and(&r->claim_waiters[bit_word(pg)], ~bit) & bit;
+	bitmap_test_and_clear(r->claims, pg, memory_order_seq_cst);
+	return bitmap_test_and_clear(r->claim_waiters, pg,
+				     memory_order_seq_cst);
 }
 
 /*
@@ -92,9 +89,7 @@ static bool unclaim_page(struct faultd_region *r, size_t pg)
  */
 static bool wait_on_page(struct faultd_region *r, size_t pg)
 {
-	uint64_t bit = bit_mask(pg);
-
-	atomic_fetch_or(&r->claim_waiters[bit_word(pg)], bit);
+	bitmap_test_and_set(r->claim_waiters, pg, memory_order_seq_cst);
 	return claim_page(r, pg);
 }
 

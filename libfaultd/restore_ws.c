@@ -221,11 +221,11 @@ void rws_daemon_fds(const struct rwset *w, int *record_fd, int *set_fd)
  */
 void rws_note_fault(struct rwset *w, uint64_t off)
 {
-	uint64_t page = off / w->r->page_size, bit = bit_mask(page);
+	uint64_t page = off / w->r->page_size;
 
 	if (!w->recording)
 		return;
-	if (atomic_fetch_or(&w->seen[bit_word(page)], bit) & bit)
+	if (bitmap_test_and_set(w->seen, page, memory_order_seq_cst))
 		return;
 	wset_rec_add(&w->rec, 0, page);
 }

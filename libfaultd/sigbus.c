@@ -162,21 +162,16 @@ static size_t poison_index(const struct faultd_region *r, uintptr_t addr)
 
 static void sig_mark_poisoned(struct faultd_region *r, uintptr_t page)
 {
-	size_t i = poison_index(r, page);
-
-	atomic_fetch_or(&r->sig_staging->poisoned[bit_word(i)], bit_mask(i));
+	bitmap_test_and_set(r->sig_staging->poisoned, poison_index(r, page),
+			    memory_order_seq_cst);
 }
 
 /* Is this SIGBUS the access to a page we poisoned? Then it is final. */
 static bool sig_poisoned(struct faultd_region *r, uintptr_t addr)
 {
-	size_t i;
-
-	if (!r->sig_staging)
-		return false;
-	i = poison_index(r, addr);
-	return atomic_load(&r->sig_staging->poisoned[bit_word(i)]) &
-	       bit_mask(i);
+	return r->sig_staging &&
+	       bitmap_test_atomic(r->sig_staging->poisoned,
+				  poison_index(r, addr), memory_order_seq_cst);
 }
 
 /*
@@ -187,12 +182,9 @@ void sigbus_discarded(struct faultd_region *r, uint64_t off, size_t len)
 {
 	if (!r->sig_staging)
 		return;
-	for (uint64_t o = off; o < off + len; o += r->page_size) {
-		size_t i = o / r->page_size;
-
-		atomic_fetch_and(&r->sig_staging->poisoned[bit_word(i)],
-				 ~bit_mask(i));
-	}
+	for (uint64_t o = off; o < off + len; o += r->page_size)
+		bitmap_test_and_clear(r->sig_staging->poisoned,
+				      o / r->page_size, memory_order_seq_cst);
 }
 
 /* Poison the page at @page (UFFDIO_POISON): whether it was. */
