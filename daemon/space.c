@@ -873,8 +873,8 @@ static void fault_latency(struct space *sp, const struct fault_req *req)
 	atomic_store(&sp->s->last_fault_ns, now);
 }
 
-static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
-				  struct fault_req *req)
+static struct fault_ret space_fault(struct ureader *rd, struct uport *p,
+				    struct fault_req *req)
 {
 	struct space *sp = p->owner;
 	struct worker *w = rd->owner;
@@ -894,10 +894,10 @@ static enum uloop_res space_fault(struct ureader *rd, struct uport *p,
 				 i == FAULT_TRIES - 1);
 	if (ret == F_DONE) {
 		fault_latency(sp, req);
-		return ULOOP_DONE;
+		return fr(FR_DONE);
 	}
 	atomic_fetch_add(&sp->st.eagain, 1);
-	return ULOOP_PARK;
+	return fr(FR_PARK);
 }
 
 const struct uport_ops space_port_ops = {

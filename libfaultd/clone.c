@@ -109,7 +109,7 @@ static bool child_owns(struct snapshot *s, size_t pg)
  */
 
 /* Copy present memory of this process; a poisoned page gives -EFAULT. */
-static ssize_t read_present(uintptr_t addr, void *buf, size_t len)
+static int read_present(uintptr_t addr, void *buf, size_t len)
 {
 	struct iovec local = { .iov_base = buf, .iov_len = len };
 	struct iovec remote = { .iov_base = (void *)addr, .iov_len = len };
@@ -117,38 +117,52 @@ static ssize_t read_present(uintptr_t addr, void *buf, size_t len)
 
 	if (n < 0)
 		return -errno;
-	return n == (ssize_t)len ? n : -EFAULT;
+	return n == (ssize_t)len ? 0 : -EFAULT;
 }
 
-static ssize_t snap_read(struct snapshot *s, uint64_t off, void *buf,
-			 size_t len, bool locked);
+/*
+ * pager_read() - the pager's content of [off, off + len), zero-filled past
+ * a short fill. Only under the context lock (@locked) for a pager without
+ * FAULTD_PAGER_CONCURRENT: else FR_RETRY, as fault_can_call_pager().
+ */
+static struct fault_ret pager_read(struct faultd_region *r, uint64_t off,
+				   void *buf, size_t len, bool locked)
+{
+	ssize_t n;
+
+	if (!pager_concurrent(r->pager) && !locked)
+		return fr(FR_RETRY);
+	n = pager_call_fill(r, r->pager, off, buf, len);
+	if (n < 0)
+		return fr_error((int)n);
+	install_fill_tail(buf, n, len);
+	return fr(FR_DONE);
+}
+
+static struct fault_ret snap_read(struct snapshot *s, uint64_t off,
+				  void *buf, size_t len, bool locked);
 
 /*
- * source_read() - what @r holds at @off, or would produce on a fault:
- * present memory, its own clone content, its pager, or zeros. Returns the
- * bytes, FAULTD_RETRY (an unaudited pager needs the context lock), or
- * -errno. Context: @r cannot go away (see the file comment).
+ * source_read() - what @r holds at @off, or would produce on a fault,
+ * into @buf (@len bytes): present memory, its own clone content, its
+ * pager, or zeros. Returns FR_DONE with @buf filled, FR_RETRY (an
+ * unaudited pager needs the context lock) or FR_ERROR.
+ * Context: @r cannot go away (see the file comment).
  */
-static ssize_t source_read(struct faultd_region *r, uint64_t off, void *buf,
-			   size_t len, bool locked)
+static struct fault_ret source_read(struct faultd_region *r, uint64_t off,
+				    void *buf, size_t len, bool locked)
 {
-	int present = pagemap_present(r->ctx, r->base + off);
+	int ret = pagemap_present(r->ctx, r->base + off);
 
-	if (present < 0)
-		return present;
-	if (present)
-		return read_present(r->base + off, buf, len);
-	if (r->cow)
+	if (ret > 0)
+		ret = read_present(r->base + off, buf, len);
+	else if (!ret && r->cow)
 		return snap_read(r->cow, off, buf, len, locked);
-	if (!r->pager) {
+	else if (!ret && r->pager)
+		return pager_read(r, off, buf, len, locked);
+	else if (!ret)
 		faultd_clear(buf, len);
-		return (ssize_t)len;
-	}
-	if (!pager_concurrent(r->pager) && !locked)
-		return FAULTD_RETRY;
-	return install_fill_tail(buf, pager_call_fill(r, r->pager, off, buf,
-						      len),
-				 len);
+	return ret < 0 ? fr_error(ret) : fr(FR_DONE);
 }
 
 /*
@@ -157,29 +171,34 @@ static ssize_t source_read(struct faultd_region *r, uint64_t off, void *buf,
  * the parent saved the page meanwhile, the saved copy wins. A parent write
  * cannot land unsaved: it saves first, under the lock.
  */
-static ssize_t snap_read(struct snapshot *s, uint64_t off, void *buf,
-			 size_t len, bool locked)
+static struct fault_ret snap_read(struct snapshot *s, uint64_t off,
+				  void *buf, size_t len, bool locked)
 {
 	size_t pg = off / s->page_size;
-	ssize_t n = -EIO;
+	struct fault_ret ret = fr_error(-EIO);
 
 	if (!snap_saved(s, pg) && s->parent)
-		n = source_read(s->parent, off, buf, len, locked);
-	if (n == FAULTD_RETRY)
-		return n;
+		ret = source_read(s->parent, off, buf, len, locked);
+	if (fr_is(ret, FR_RETRY))
+		return ret;
 	pthread_mutex_lock(snap_lock(s, pg));
 	if (bitmap_test_atomic(s->lost, pg, memory_order_acquire))
-		n = -EIO;
+		ret = fr_error(-EIO);
 	else if (snap_saved(s, pg))
-		n = pread(s->memfd, buf, len, (off_t)off) == (ssize_t)len
-			    ? (ssize_t)len
-			    : -EIO;
+		ret = pread(s->memfd, buf, len, (off_t)off) == (ssize_t)len
+			      ? fr(FR_DONE)
+			      : fr_error(-EIO);
 	pthread_mutex_unlock(snap_lock(s, pg));
-	return n;
+	return ret;
 }
 
-ssize_t clone_read(struct faultd_region *child, uint64_t off, void *buf,
-		   size_t len, bool locked)
+/*
+ * clone_read() - the child's page at @off as of the clone, into @buf, as
+ * source_read() returns it. @locked: the context lock is held (an
+ * unaudited pager of an ancestor may be called).
+ */
+struct fault_ret clone_read(struct faultd_region *child, uint64_t off,
+			    void *buf, size_t len, bool locked)
 {
 	return snap_read(child->cow, off, buf, len, locked);
 }
@@ -285,8 +304,11 @@ void clone_parent_destroy(struct faultd_region *parent)
 
 			if (snap_saved(s, pg) || child_owns(s, pg))
 				continue;
-			if (source_read(parent, off, buf, s->page_size, true) < 0)
-				bitmap_test_and_set(s->lost, pg, memory_order_release);
+			if (!fr_is(source_read(parent, off, buf, s->page_size,
+					       true),
+				   FR_DONE))
+				bitmap_test_and_set(s->lost, pg,
+						    memory_order_release);
 			snap_save(s, off, buf, s->page_size, parent);
 		}
 	map_read_unlock(parent->ctx);
@@ -493,20 +515,27 @@ FAULTD_EXPORT int faultd_region_clone(struct faultd_region *p,
 /*
  * fault_cow_prepare() - like vmf_anon_prepare(): a clone's private page
  * state is allocated by its first COW fault, and only under the context
- * lock; the fast path retries there. Later faults find it.
+ * lock; the fast path retries there. Later faults find it. Returns
+ * whether the fault goes on; if not, *ret says how it ends.
  */
-static int fault_cow_prepare(struct fault *f)
+static bool fault_cow_prepare(struct fault *f, struct fault_ret *ret)
 {
-	int ret;
+	int err;
 
 	if (likely(clone_prepared(f->r)))
-		return 0;
-	if (!(f->flags & FAULT_LOCKED))
-		return FAULTD_RETRY;
-	ret = clone_prepare_locked(f->r);
-	if (ret > 0)
+		return true;
+	if (!(f->flags & FAULT_LOCKED)) {
+		*ret = fr(FR_RETRY);
+		return false;
+	}
+	err = clone_prepare_locked(f->r);
+	if (err < 0) {
+		*ret = fr_error(err);
+		return false;
+	}
+	if (err > 0)
 		stat_inc(f->st, ST_COW_PREPARE);
-	return ret < 0 ? ret : 0;
+	return true;
 }
 
 /*
@@ -514,22 +543,16 @@ static int fault_cow_prepare(struct fault *f)
  * content as of the clone, read without faulting (clone.c). A read
  * installs it write-protected, a write makes it the clone's own at once.
  */
-int do_cow_fault(struct fault *f)
+struct fault_ret do_cow_fault(struct fault *f)
 {
 	void *buf = f->h->staging;
-	ssize_t n;
-	int ret;
+	struct fault_ret ret;
 
-	ret = fault_cow_prepare(f);
-	if (ret)
-		return ret < 0 ? fault_poison(f, ret) : ret;
-	n = clone_read(f->r, f->off, buf, f->len, f->flags & FAULT_LOCKED);
-	if (n == FAULTD_RETRY)
-		return FAULTD_RETRY;
-	if (n < 0) {
-		fault_commit(f, ST_NR);
-		return fault_poison(f, (int)n);
-	}
+	if (!fault_cow_prepare(f, &ret))
+		return ret;
+	ret = clone_read(f->r, f->off, buf, f->len, f->flags & FAULT_LOCKED);
+	if (!fr_is(ret, FR_DONE))
+		return ret;
 	clone_own(f->r, f->off);
 	fault_commit(f, (f->flags & FAULT_WRITE) ? ST_COW : ST_COW_READS);
 	return fault_copy(f, buf);

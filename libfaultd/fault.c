@@ -5,9 +5,14 @@
  * It mirrors the kernel's do_user_addr_fault() since "Handle more faults
  * under the VMA lock": find the region under RCU, try-lock it for reading,
  * resolve the fault under that lock alone. When the resolution needs the
- * context lock, it returns FAULTD_RETRY; the fault is then looked up again
+ * context lock, it returns FR_RETRY; the fault is then looked up again
  * and handled with the context lock held for reading. In FAULTD_LOCK_GLOBAL
  * mode every fault takes that second path.
+ *
+ * Every step says what it came to as a struct fault_ret (uffd.h), as the
+ * kernel's do the vm_fault_t: FR_DONE, FR_RETRY, FR_PARK, or FR_ERROR
+ * with the errno of content that cannot be produced, which one function,
+ * fault_settle(), turns into a poisoned page.
  *
  * A fault is resolved as its region's kind does it (r->ops, kinds.c):
  * here the missing and write-protect faults and the steps every kind's
@@ -48,9 +53,9 @@ void fault_count_as(struct fault *f, enum stat_item kind)
 
 /*
  * fault_commit() - the fault is about to be resolved as @kind (ST_NR: a
- * poison, counted by fault_poison()). Count it now, before the ioctl that
- * wakes the faulting thread, so that a thread that sees its page also sees
- * the fault counted. A parked fault that is retried is counted once.
+ * poison, counted by fault_poison_page()). Count it now, before the ioctl
+ * that wakes the faulting thread, so that a thread that sees its page also
+ * sees the fault counted. A parked fault that is retried is counted once.
  */
 void fault_commit(struct fault *f, enum stat_item kind)
 {
@@ -121,65 +126,58 @@ static void fault_inst(const struct fault *f, enum inst_op op,
  * fault_wake() - wake the waiters of the page without filling it: it is
  * there already (EEXIST), or its range is gone (ENOENT): an munmap() wakes
  * no one, so they would sleep on; woken, they get SIGSEGV. A wake that
- * fails would leave them asleep too: the fault is then retried later.
+ * fails would leave them asleep too: the fault is then parked and tried
+ * again later.
  */
-int fault_wake(const struct fault *f)
+struct fault_ret fault_wake(const struct fault *f)
 {
-	return uffd_wake(fault_uffd(f), f->addr, f->len) < 0 ? FAULTD_PARK : 0;
-}
-
-/* The wake of a fault whose page is there or gone, unless made already. */
-static int fault_wake_unless(const struct fault *f,
-			     const struct inst_res *res)
-{
-	return res->woken ? 0 : fault_wake(f);
+	return fr(uffd_wake(fault_uffd(f), f->addr, f->len) < 0 ? FR_PARK
+								 : FR_DONE);
 }
 
 /*
- * fault_finish() - account for what the install of the faulting page did
- * (install_range()): the fault is resolved as counted only when it is
- * done. Returns 0 when the fault is over, FAULTD_PARK to retry it later,
- * or the negative errno of a failure the caller must turn into a poison.
+ * fault_finish() - count what the install of the faulting page did
+ * (install_range()) and return what it means for the fault, as
+ * install_fault_ret() says: the fault is resolved as counted only when
+ * the page went in.
  */
-static int fault_finish(struct fault *f, const struct inst_res *res)
+static struct fault_ret fault_finish(struct fault *f,
+				     const struct inst_res *res)
 {
 	enum uffd_outcome how = install_outcome(res);
 
-	if (how == UFFD_DONE)
-		return 0;
-	fault_count_as(f, ST_NR);
-	switch (how) {
-	case UFFD_EXISTS:
+	if (how != UFFD_DONE)
+		fault_count_as(f, ST_NR);
+	if (how == UFFD_EXISTS)
 		stat_inc(f->st, ST_EEXIST);
-		return fault_wake_unless(f, res);
-	case UFFD_AGAIN:
+	else if (how == UFFD_AGAIN)
 		stat_inc(f->st, ST_EAGAIN);
-		return FAULTD_PARK;
-	case UFFD_GONE:
+	else if (how == UFFD_GONE)
 		stat_inc(f->st, ST_GONE);
-		return fault_wake_unless(f, res);
-	case UFFD_DONE:
-	case UFFD_FAILED:
-		break;
-	}
-	return res->err;
+	return install_fault_ret(res);
 }
 
-/* fault_finish() for an install that stopped with @err before the page. */
-static int fault_finish_err(struct fault *f, int err)
+/*
+ * fault_finish() for an install that stopped with @err before the page,
+ * or an ioctl that is not an install: nothing woke the waiters of a page
+ * found there or gone, so the wake is made here.
+ */
+static struct fault_ret fault_finish_err(struct fault *f, int err)
 {
 	struct inst_res res = { .end = uffd_classify(err), .err = err };
 
+	if (res.end == UFFD_EXISTS || res.end == UFFD_GONE)
+		res.woken = !uffd_wake(fault_uffd(f), f->addr, f->len);
 	return fault_finish(f, &res);
 }
 
 /*
- * fault_poison() - the content of the page cannot be produced: make every
- * access to it fail with SIGBUS (UFFDIO_POISON), never fill it with zeros.
- * Without UFFDIO_POISON (kernels before 6.6) the page is made inaccessible
- * instead, and the access gets SIGSEGV.
+ * Poisoning: the content of the page cannot be produced, so every access
+ * to it fails with SIGBUS (UFFDIO_POISON); it is never filled with zeros.
+ * Without UFFDIO_POISON (kernels before 6.6) the page is made
+ * inaccessible instead, and the access gets SIGSEGV.
  */
-static int poison_by_mprotect(struct fault *f)
+static struct fault_ret poison_by_mprotect(struct fault *f)
 {
 	if (mprotect((void *)f->addr, f->len, PROT_NONE) < 0)
 		fd_err(f->r->ctx, "%s: cannot make the page inaccessible: %s",
@@ -188,29 +186,40 @@ static int poison_by_mprotect(struct fault *f)
 }
 
 /* Counted as poisoned once done (a parked poison is retried). */
-int fault_poison_page(struct fault *f)
+struct fault_ret fault_poison_page(struct fault *f)
 {
+	struct fault_ret ret;
 	struct inst_res res;
-	int ret;
 
 	fault_count_as(f, ST_POISONED);
 	if (uffd_have() & FAULTD_HAVE_POISON) {
 		fault_inst(f, INST_POISON, f->addr, f->len, NULL, 0, &res);
 		ret = fault_finish(f, &res);
-		if (ret >= 0)
+		if (!fr_is(ret, FR_ERROR))
 			return ret;
 		fd_err(f->r->ctx, "%s: UFFDIO_POISON: %s", f->r->name,
-		       strerror(-ret));
+		       strerror(-ret.err));
 		fault_count_as(f, ST_POISONED);
 	}
 	return poison_by_mprotect(f);
 }
 
-/* Content that cannot be produced: an error, and the page poisoned. */
-int fault_poison(struct fault *f, int err)
+/*
+ * fault_settle() - the one place where a failed resolution becomes a
+ * poisoned page: FR_ERROR (a pager error, a clone's lost page, an install
+ * that failed) is logged, counted and poisoned; any other result passes.
+ * Called on every kind's result (handle_region_fault()), and by a kind
+ * that holds the page against other fillers (a fill claim, a page-cache
+ * page held under a budget) before it lets go, so that a thread woken by
+ * the release finds the page poisoned rather than missing.
+ */
+struct fault_ret fault_settle(struct fault *f, struct fault_ret ret)
 {
+	if (!fr_is(ret, FR_ERROR))
+		return ret;
+	fault_commit(f, ST_NR);
 	fd_err(f->r->ctx, "%s: page at offset %#llx: %s: poisoned", f->r->name,
-	       (unsigned long long)f->off, strerror(-err));
+	       (unsigned long long)f->off, strerror(-ret.err));
 	return fault_poison_page(f);
 }
 
@@ -230,11 +239,10 @@ static void fault_before_write(struct fault *f, const void *old)
 		r->write_hook(r->hook_arg, r, f->off, old);
 }
 
-/* Resolve with @len bytes copied from @src; poison if the copy fails. */
-int fault_copy(struct fault *f, const void *src)
+/* Resolve with @len bytes copied from @src (FR_ERROR: the copy failed). */
+struct fault_ret fault_copy(struct fault *f, const void *src)
 {
 	struct inst_res res;
-	int ret;
 
 	if (f->flags & FAULT_DIRTIES) {
 		/* Marked and installed as one step: see dirty.c. */
@@ -245,8 +253,7 @@ int fault_copy(struct fault *f, const void *src)
 	} else {
 		fault_inst(f, INST_COPY, f->addr, f->len, src, 0, &res);
 	}
-	ret = fault_finish(f, &res);
-	return ret < 0 ? fault_poison(f, ret) : ret;
+	return fault_finish(f, &res);
 }
 
 /*
@@ -312,37 +319,34 @@ static bool zero_by_copy(const struct fault *f)
  * read of anonymous memory; shmem has no zero page, so there ZEROPAGE
  * allocates. See zero_by_copy() for the rest.
  */
-int do_zero_fault(struct fault *f)
+struct fault_ret do_zero_fault(struct fault *f)
 {
 	struct inst_res res;
 	uintptr_t start;
 	size_t len;
-	int ret;
 
 	fault_commit(f, ST_ZERO_FILLS);
 	if (fault_around_ok(f)) {
 		len = fill_window(f->r, f->addr, &start);
 		if (fault_around(f, zero_by_copy(f), start, len))
-			return 0;
+			return fr(FR_DONE);
 	}
 	if (zero_by_copy(f))
 		return fault_copy(f, f->r->ctx->zero_page);
 	fault_inst(f, INST_ZERO, f->addr, f->len, NULL, 0, &res);
-	ret = fault_finish(f, &res);
-	return ret < 0 ? fault_poison(f, ret) : ret;
+	return fault_finish(f, &res);
 }
 
 /*
  * fault_can_call_pager() - like vmf_can_call_fault(): a pager that is not
  * audited for concurrency (no FAULTD_PAGER_CONCURRENT) relies on the
- * context lock, so the fault must be retried under it.
+ * context lock. False on the fast path: the fault must be retried under
+ * the lock (FR_RETRY).
  */
-int fault_can_call_pager(const struct fault *f,
-				const struct pager_ref *pager)
+bool fault_can_call_pager(const struct fault *f,
+			  const struct pager_ref *pager)
 {
-	if (pager_concurrent(pager) || (f->flags & FAULT_LOCKED))
-		return 0;
-	return FAULTD_RETRY;
+	return pager_concurrent(pager) || (f->flags & FAULT_LOCKED);
 }
 
 /* The pager's content of [off, off + len) into @buf, counted. */
@@ -392,11 +396,10 @@ static bool fault_claim(struct fault *f, struct fill_span *sp)
  * faulting page among them; the others count as fault-around (before the
  * ioctl that wakes the thread, as fault_commit()). A window the ioctl
  * fails is given up for the faulting page alone. Returns as fault_finish()
- * does for the faulting page, after a poison if need be; *done: every
- * page of the run is in.
+ * does for the faulting page; *done: every page of the run is in.
  */
-static int fault_install(struct fault *f, uint64_t s, const void *buf,
-			 size_t len, bool *done)
+static struct fault_ret fault_install(struct fault *f, uint64_t s,
+				      const void *buf, size_t len, bool *done)
 {
 	uint64_t extra = len / f->len - 1, got;
 	struct fill_result res;
@@ -417,26 +420,27 @@ static int fault_install(struct fault *f, uint64_t s, const void *buf,
 		return fault_wake(f);
 	}
 	if (covered)
-		return 0;
+		return fr(FR_DONE);
 	if (len > f->len && uffd_classify(err) == UFFD_FAILED)
 		return fault_copy(f, (const char *)buf + (f->off - s));
-	err = fault_finish_err(f, err);
-	return err < 0 ? fault_poison(f, err) : err;
+	return fault_finish_err(f, err);
 }
 
 /*
  * fault_fill_span() - fill the claimed run (the faulting page in it) from
  * the pager in one call and map it; a window the pager fails is given up
- * for the faulting page alone. *done: every page of the run is in.
+ * for the faulting page alone. *done: every page of the run is in, or
+ * the faulting page alone is to be poisoned (FR_ERROR of a failed copy).
  */
-static int fault_fill_span(struct fault *f, const struct fill_span *sp,
-			   char *buf, bool *done)
+static struct fault_ret fault_fill_span(struct fault *f,
+					const struct fill_span *sp, char *buf,
+					bool *done)
 {
 	uint64_t s = sp->start;
 	size_t len = sp->end - s;
 	ssize_t n = fault_fill(f, f->r->pager, s, buf, len);
+	struct fault_ret ret;
 	bool whole = true;
-	int ret;
 
 	*done = false;
 	if (n < 0 && len > f->len) {
@@ -448,14 +452,14 @@ static int fault_fill_span(struct fault *f, const struct fill_span *sp,
 	fault_commit(f, n < 0 ? ST_NR : ST_PAGER_FILLS);
 	if (n < 0) {
 		stat_inc(f->st, ST_PAGER_ERRORS);
-		return fault_poison(f, (int)n);
+		return fr_error((int)n);
 	}
 	install_fill_tail(buf, n, len);
 	if (fault_around_ok(f)) {
 		ret = fault_install(f, s, buf, len, done);
 	} else {
 		ret = fault_copy(f, buf);
-		*done = !ret;
+		*done = !fr_is(ret, FR_PARK);
 	}
 	*done &= whole;
 	return ret;
@@ -465,18 +469,18 @@ static int fault_fill_span(struct fault *f, const struct fill_span *sp,
  * do_pager_fault() - a missing page whose content comes from the pager,
  * with the missing pages around it in its fault-around window, each read
  * once: a page another filler has claimed is left to it (it wakes the
- * thread), and one found present only needs a wake.
+ * thread), and one found present only needs a wake. A page that cannot
+ * be filled is poisoned before its claim goes (fault_settle()).
  */
-static int do_pager_fault(struct fault *f)
+static struct fault_ret do_pager_fault(struct fault *f)
 {
+	struct fault_ret ret = fr(FR_DONE);
 	uint64_t end = f->off + f->len;
 	struct fill_span sp;
 	bool done = false;
-	int ret;
 
-	ret = fault_can_call_pager(f, f->r->pager);
-	if (ret)
-		return ret;
+	if (!fault_can_call_pager(f, f->r->pager))
+		return fr(FR_RETRY);
 	restore_note_fault(f->r, f->off); /* a restore may record it */
 	if (!fault_claim(f, &sp)) {
 		/* Another filler has it, and wakes the thread (fill.c). */
@@ -487,8 +491,9 @@ static int do_pager_fault(struct fault *f)
 		stat_inc(f->st, ST_EEXIST);
 		fill_release(f->r, &sp, true); /* the wake of an EEXIST */
 	} else {
-		ret = fault_fill_span(f, &sp, f->h->staging, &done);
-		if (ret == FAULTD_PARK)
+		ret = fault_settle(f, fault_fill_span(f, &sp, f->h->staging,
+						      &done));
+		if (fr_is(ret, FR_PARK))
 			fill_release_parked(f->r, &sp, f->off);
 		else
 			fill_release(f->r, &sp, !done);
@@ -498,7 +503,7 @@ static int do_pager_fault(struct fault *f)
 	return ret;
 }
 
-int do_missing_fault(struct fault *f)
+struct fault_ret do_missing_fault(struct fault *f)
 {
 	if (!f->r->pager)
 		return do_zero_fault(f);
@@ -506,20 +511,18 @@ int do_missing_fault(struct fault *f)
 }
 
 /*
- * Map the page the page cache holds; poison if that fails. The fault
+ * Map the page the page cache holds (FR_ERROR: that failed). The fault
  * that @prepared the page resolved it even when another fault mapped it
  * first (EEXIST): the page both map is its fill.
  */
-int fault_continue(struct fault *f, bool prepared)
+struct fault_ret fault_continue(struct fault *f, bool prepared)
 {
 	struct inst_res res;
-	int ret;
 
 	fault_inst(f, INST_CONTINUE, f->addr, f->len, NULL, 0, &res);
 	if (prepared && install_outcome(&res) == UFFD_EXISTS)
-		return fault_wake_unless(f, &res);
-	ret = fault_finish(f, &res);
-	return ret < 0 ? fault_poison(f, ret) : ret;
+		return install_fault_ret(&res);
+	return fault_finish(f, &res);
 }
 
 /*
@@ -527,20 +530,21 @@ int fault_continue(struct fault *f, bool prepared)
  * remove its protection, which wakes the writer, as one step against
  * collections (dirty_write_begin(), dirty.c).
  */
-static int fault_unprotect(struct fault *f)
+static struct fault_ret fault_unprotect(struct fault *f)
 {
 	struct faultd_region *r = f->r;
-	int ret;
+	struct fault_ret ret;
+	int err;
 
 	dirty_write_begin(r, f->off, f->len);
-	ret = uffd_writeprotect(fault_uffd(f), f->addr, f->len, false);
+	err = uffd_writeprotect(fault_uffd(f), f->addr, f->len, false);
 	dirty_write_end(r);
-	ret = fault_finish_err(f, ret);
-	if (ret >= 0)
+	ret = fault_finish_err(f, err);
+	if (!fr_is(ret, FR_ERROR))
 		return ret;
 	/* The writer must not sleep forever: it faults again and retries. */
 	fd_err(r->ctx, "%s: cannot unprotect offset %#llx: %s", r->name,
-	       (unsigned long long)f->off, strerror(-ret));
+	       (unsigned long long)f->off, strerror(-ret.err));
 	return fault_wake(f);
 }
 
@@ -573,10 +577,10 @@ static bool wp_still_protected(const struct fault *f)
  * do_wp_fault() - the first write to a write-protected page. The page is
  * present and read-only: the write hook sees its old content in place.
  */
-static int do_wp_fault(struct fault *f)
+static struct fault_ret do_wp_fault(struct fault *f)
 {
 	pthread_mutex_t *claim = f->r->write_hook ? wp_claim_of(f) : NULL;
-	int ret;
+	struct fault_ret ret;
 
 	fault_commit(f, ST_WP);
 	if (f->r->cow) /* a clone's page, installed read-only: now its own */
@@ -602,27 +606,32 @@ static int do_wp_fault(struct fault *f)
 
 /*
  * handle_region_fault() - resolve a fault in a region the caller holds: a
- * write-protect fault here, the others as the region's kind does them.
+ * write-protect fault here, the others as the region's kind does them; a
+ * failure is settled into a poison. Returns FR_DONE, FR_PARK or FR_RETRY.
  */
-static int handle_region_fault(struct fault *f)
+static struct fault_ret handle_region_fault(struct fault *f)
 {
+	struct fault_ret ret;
+
 	if (f->msg_flags & UFFD_PAGEFAULT_FLAG_WP)
-		return do_wp_fault(f);
-	return f->r->ops->fault(f);
+		ret = do_wp_fault(f);
+	else
+		ret = f->r->ops->fault(f);
+	return fault_settle(f, ret);
 }
 
 /*
  * Count the fault's retry or latency in its region's stats (f->st): while
  * the caller still holds the region, which may be freed once it lets go.
  */
-static void fault_account(const struct fault *f, int ret)
+static void fault_account(const struct fault *f, struct fault_ret ret)
 {
-	if (ret == FAULTD_RETRY) {
+	if (fr_is(ret, FR_RETRY)) {
 		/* Once a fault, also when it is parked and comes again. */
 		if (!f->req->retried)
 			stat_inc(f->st, ST_RETRY);
 		f->req->retried = true;
-	} else if (ret != FAULTD_PARK) {
+	} else if (!fr_is(ret, FR_PARK)) {
 		stat_latency(f->st, now_ns() - f->req->t_read);
 	}
 }
@@ -683,14 +692,14 @@ fail:
  * memory and gets SIGSEGV - or, where a region of another group took the
  * address since, the wake reaches no one (not its userfaultfd).
  */
-static int fault_no_region(struct handler *h, uintptr_t addr)
+static struct fault_ret fault_no_region(struct handler *h, uintptr_t addr)
 {
 	size_t ps = (size_t)h->group->ctx->page_size;
 
 	stat_inc(&h->stats, ST_FAULTS);
 	stat_inc(&h->stats, ST_NO_REGION);
 	uffd_wake(h->group->uffd, addr & ~(ps - 1), ps);
-	return 0;
+	return fr(FR_DONE);
 }
 
 /* Is this fault of @h one whose locks are timed (one in LOCK_SAMPLE)? */
@@ -708,24 +717,25 @@ static void lock_since(struct handler *h, enum lock_item i, uint64_t since)
 
 /*
  * fault_fast() - the fault under its region's lock alone. Returns as
- * handle_region_fault(), or FAULTD_RETRY with *why set when the lock-free
+ * handle_region_fault(), or FR_RETRY with *why set when the lock-free
  * lookup failed. @timed: time the region lock's hold.
  */
-static int fault_fast(struct fault *f, enum stat_item *why, bool timed)
+static struct fault_ret fault_fast(struct fault *f, enum stat_item *why,
+				   bool timed)
 {
+	struct fault_ret ret;
 	uint64_t held;
-	int ret;
 
 	f->r = lock_region_under_rcu(f->h, f->req->addr, why);
 	if (!f->r)
-		return FAULTD_RETRY;
+		return fr(FR_RETRY);
 	held = timed ? now_ns() : 0;
 	fault_setup(f, f->req->addr);
 	ret = handle_region_fault(f);
 	fault_account(f, ret);
 	region_read_unlock(f->r);
 	lock_since(f->h, LK_REGION_READ_HOLD, held);
-	fd_assert_internal(ret != FAULTD_RETRY || f->kind == ST_NR);
+	fd_assert_internal(!fr_is(ret, FR_RETRY) || f->kind == ST_NR);
 	return ret;
 }
 
@@ -738,12 +748,13 @@ static int fault_fast(struct fault *f, enum stat_item *why, bool timed)
  * own, the context's, when there is none. @timed: time the lock's wait
  * and hold.
  */
-static int fault_locked(struct fault *f, enum stat_item why, bool timed)
+static struct fault_ret fault_locked(struct fault *f, enum stat_item why,
+				     bool timed)
 {
 	struct handler *h = f->h;
 	struct faultd_ctx *ctx = h->group->ctx;
 	uint64_t asked = timed ? now_ns() : 0, held = 0;
-	int ret;
+	struct fault_ret ret;
 
 	map_read_lock(ctx);
 	if (asked) {
@@ -763,6 +774,7 @@ static int fault_locked(struct fault *f, enum stat_item why, bool timed)
 	if (why != ST_NR)
 		stat_inc(f->st, why);
 	ret = handle_region_fault(f);
+	fd_assert_internal(!fr_is(ret, FR_RETRY));
 	fault_account(f, ret);
 	map_read_unlock(ctx);
 	lock_since(h, LK_CTX_READ_HOLD, held);
@@ -771,21 +783,21 @@ static int fault_locked(struct fault *f, enum stat_item why, bool timed)
 
 /*
  * fault_handle() - handle one page-fault message.
- * Returns 0, or FAULTD_PARK when the fault must be retried after the
+ * Returns FR_DONE, or FR_PARK when the fault must be retried after the
  * pending events have been read.
  * Context: a handler thread, registered with RCU, holding no lock.
  */
-int fault_handle(struct handler *h, struct fault_req *req)
+struct fault_ret fault_handle(struct handler *h, struct fault_req *req)
 {
 	struct fault f = { .h = h, .req = req, .msg_flags = req->flags,
 			   .kind = ST_NR };
 	enum stat_item why = ST_NR;
 	bool timed = lock_timed(h);
-	int ret;
+	struct fault_ret ret;
 
 	if (h->group->ctx->lock_mode != FAULTD_LOCK_GLOBAL) {
 		ret = fault_fast(&f, &why, timed);
-		if (ret != FAULTD_RETRY)
+		if (!fr_is(ret, FR_RETRY))
 			return ret;
 	}
 	return fault_locked(&f, why, timed);

@@ -4,10 +4,12 @@
  * of their kind of region (struct region_ops, kinds.c): the fault being
  * handled, as struct vm_fault is for the kernel's ->fault(), and the steps
  * of fault.c that every kind's fault code is made of. A kind's fault
- * function returns what fault.c's do_*_fault() functions do: 0 (resolved,
- * or its waiters woken), FAULTD_RETRY (it needs the context lock),
- * FAULTD_PARK (an event is pending: try again later), or a -errno the
- * caller turns into a poison.
+ * function returns a struct fault_ret (uffd.h), as the kernel's return a
+ * vm_fault_t: FR_DONE (resolved, or its waiters woken), FR_RETRY (it needs
+ * the context lock), FR_PARK (an event is pending: try again later), or
+ * FR_ERROR with the errno of content that cannot be produced, which the
+ * caller settles into a poison (fault_settle()). It never returns
+ * FR_REPLAN: a kind plans under the locks it resolves under.
  *
  * Context of everything here: a handler thread, the region held for
  * reading (and the context lock when f->flags has FAULT_LOCKED).
@@ -41,26 +43,27 @@ void fault_count_as(struct fault *f, enum stat_item kind);
 void fault_commit(struct fault *f, enum stat_item kind);
 
 /* Content. */
-int fault_can_call_pager(const struct fault *f,
-			 const struct pager_ref *pager);
+bool fault_can_call_pager(const struct fault *f,
+			  const struct pager_ref *pager);
 ssize_t fault_fill(struct fault *f, struct pager_ref *pager, uint64_t off,
 		   void *buf, size_t len);
 void fault_readahead(struct fault *f, uint64_t end);
 
-/* Resolutions: each ends the fault (0 or FAULTD_PARK) or poisons. */
-int fault_copy(struct fault *f, const void *src);
-int fault_continue(struct fault *f, bool prepared);
-int fault_poison(struct fault *f, int err);
-int fault_poison_page(struct fault *f);
-int fault_wake(const struct fault *f);
+/* Resolutions: each ends the fault (FR_DONE or FR_PARK), or fails
+ * (FR_ERROR) for fault_settle() to poison. */
+struct fault_ret fault_copy(struct fault *f, const void *src);
+struct fault_ret fault_continue(struct fault *f, bool prepared);
+struct fault_ret fault_wake(const struct fault *f);
+struct fault_ret fault_poison_page(struct fault *f);
+struct fault_ret fault_settle(struct fault *f, struct fault_ret ret);
 
 /* The fault of the plain kind: zeros, or the pager's content. */
-int do_missing_fault(struct fault *f);
-int do_zero_fault(struct fault *f);
+struct fault_ret do_missing_fault(struct fault *f);
+struct fault_ret do_zero_fault(struct fault *f);
 
 /* The other kinds' faults, each in its kind's file. */
-int do_heap_fault(struct fault *f);	/* heap.c */
-int do_pcache_fault(struct fault *f);	/* pcache_fault.c */
-int do_cow_fault(struct fault *f);	/* clone.c */
+struct fault_ret do_heap_fault(struct fault *f);	/* heap.c */
+struct fault_ret do_pcache_fault(struct fault *f);	/* pcache_fault.c */
+struct fault_ret do_cow_fault(struct fault *f);		/* clone.c */
 
 #endif /* FAULTD_FAULT_H */

@@ -58,11 +58,10 @@ static void handler_event(struct ureader *rd, struct uport *p,
 	fd_dbg(h->group->ctx, "handler %u: event %#x", h->slot, m->event);
 }
 
-static enum uloop_res handler_fault(struct ureader *rd, struct uport *p,
-				    struct fault_req *req)
+static struct fault_ret handler_fault(struct ureader *rd, struct uport *p,
+				      struct fault_req *req)
 {
-	return fault_handle(rd->owner, req) == FAULTD_PARK ? ULOOP_PARK
-							   : ULOOP_DONE;
+	return fault_handle(rd->owner, req);
 }
 
 static const struct uport_ops handler_port_ops = {

@@ -324,10 +324,10 @@ FAULTD_EXPORT int faultd_heap_stats(const struct faultd_heap *ch,
  * That is the heap's contract, not a failure of the library: logged at
  * debug level only.
  */
-int do_heap_fault(struct fault *f)
+struct fault_ret do_heap_fault(struct fault *f)
 {
 	struct faultd_heap *h = f->r->heap;
-	int ret;
+	struct fault_ret ret;
 
 	while (!heap_fault_below_break(h, f->addr)) {
 		if (!heap_note_poison(h, f->addr))

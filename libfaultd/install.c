@@ -218,6 +218,32 @@ enum uffd_outcome install_outcome(const struct inst_res *res)
 }
 
 /*
+ * install_fault_ret() - what an install of a faulting page means for its
+ * fault: the one conversion from an install's result to a fault's, for
+ * installs that leave the wake to the layer (neither INST_DONTWAKE nor
+ * INST_STOP_PRESENT). The page went in, or
+ * it was there already or its range is gone and the waiters were woken:
+ * FR_DONE. EAGAIN (an event is pending), or a wake that failed, which
+ * would leave a thread asleep: FR_PARK, tried again after the events. Any
+ * other failure: FR_ERROR with its errno, for the caller to poison.
+ */
+struct fault_ret install_fault_ret(const struct inst_res *res)
+{
+	switch (install_outcome(res)) {
+	case UFFD_DONE:
+		return fr(FR_DONE);
+	case UFFD_EXISTS:
+	case UFFD_GONE:
+		return fr(res->woken ? FR_DONE : FR_PARK);
+	case UFFD_AGAIN:
+		return fr(FR_PARK);
+	case UFFD_FAILED:
+		break;
+	}
+	return fr_error(res->err);
+}
+
+/*
  * install_fill_tail() - a fill that produced @n of @len bytes: the rest
  * is zeros (a file that ends inside the page). Returns @n if it was an
  * error (negative), else @len.

@@ -415,7 +415,7 @@ struct region_ops {
 	const char *name;
 	/* A missing or minor fault (not a write-protect fault: fault.c's
 	 * own). Returns as fault.h says. */
-	int (*fault)(struct fault *f);
+	struct fault_ret (*fault)(struct fault *f);
 	/* faultd_region_discard() of a checked range. Context: r->lock for
 	 * reading. */
 	int (*discard)(struct faultd_region *r, uint64_t off, size_t len);
@@ -621,8 +621,8 @@ int region_create(struct faultd_ctx *ctx, const struct faultd_region_opts *o,
 		  const struct region_init *init, struct faultd_region **rp);
 bool clone_prepared(struct faultd_region *child);
 int clone_prepare_locked(struct faultd_region *child);
-ssize_t clone_read(struct faultd_region *child, uint64_t off, void *buf,
-		   size_t len, bool locked);
+struct fault_ret clone_read(struct faultd_region *child, uint64_t off,
+			    void *buf, size_t len, bool locked);
 void clone_own(struct faultd_region *child, uint64_t off);
 unsigned int clone_save_before_write(struct faultd_region *parent,
 				     uint64_t off, const void *old, size_t len);
@@ -991,10 +991,6 @@ bool in_handler_of(const struct faultd_ctx *ctx);
  * its resolution, in the manner of mm/memory.c.
  */
 
-/* Internal results of the fault path, beyond 0 and -errno. */
-#define FAULTD_RETRY 1 /* needs the context lock: retry the slow way */
-#define FAULTD_PARK 2  /* the address space is changing: retry later */
-
 struct handler {
 	struct faultd_group *group;
 	pthread_t thread;
@@ -1011,6 +1007,6 @@ struct handler {
 	struct ureader rd;	/* its parked faults and message buffer */
 } __attribute__((aligned(CACHELINE)));
 
-int fault_handle(struct handler *h, struct fault_req *req);
+struct fault_ret fault_handle(struct handler *h, struct fault_req *req);
 
 #endif /* FAULTD_INTERNAL_H */

@@ -71,29 +71,29 @@ static int pcache_claim_charged(struct fault *f, struct page_state *s,
  * everyone then maps it with UFFDIO_CONTINUE. No copy of the page is made.
  * In a region with a budget the page is held while it is mapped, so that
  * the evictor cannot take it from the page cache in between (evict.c);
- * mapping it marks it used for the evictor's CLOCK. A page whose content
- * could not be produced stays charged, stale: it may hold memory.
+ * mapping it marks it used for the evictor's CLOCK, and a page that
+ * cannot be mapped is poisoned before it is let go (fault_settle()). A
+ * page whose content could not be produced stays charged, stale: it may
+ * hold memory.
  */
-int do_pcache_fault(struct fault *f)
+struct fault_ret do_pcache_fault(struct fault *f)
 {
 	struct faultd_region *r = f->r;
 	struct page_state *s = pcache_state(r->cache, f->off);
+	struct fault_ret ret;
 	bool stale;
-	int claim, ret;
+	int claim, err;
 
-	if (r->cache->pager) {
-		ret = fault_can_call_pager(f, r->cache->pager);
-		if (ret)
-			return ret;
-	}
+	if (r->cache->pager && !fault_can_call_pager(f, r->cache->pager))
+		return fr(FR_RETRY);
 	claim = pcache_claim_charged(f, s, &stale);
 	if (claim == PCACHE_CLAIM_MAPPED) {
 		fault_commit(f, ST_MAPPED);
 	} else {
-		ret = pcache_prepare(f, stale);
-		if (ret) {
+		err = pcache_prepare(f, stale);
+		if (err) {
 			pcache_release(s, PAGE_STALE);
-			return fault_poison(f, ret);
+			return fr_error(err);
 		}
 		if (!r->ev)
 			pcache_release(s, PAGE_READY);
@@ -101,6 +101,7 @@ int do_pcache_fault(struct fault *f)
 	ret = fault_continue(f, claim == PCACHE_CLAIM_PREPARE);
 	if (!r->ev)
 		return ret;
+	ret = fault_settle(f, ret);
 	evict_mapped(r, f->off, f->len);
 	pcache_release(s, PAGE_READY);
 	if (claim == PCACHE_CLAIM_PREPARE)

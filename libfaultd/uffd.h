@@ -30,11 +30,14 @@
  * classification. errno becomes -errno here and nowhere else.
  */
 
-/* What a uffd ioctl result means for the fault being resolved. */
+/*
+ * What a uffd ioctl result says, named after the kernel's answer; what it
+ * means for a fault is install_fault_ret()'s (below).
+ */
 enum uffd_outcome {
 	UFFD_DONE,	/* resolved; waiters woken unless DONTWAKE */
 	UFFD_EXISTS,	/* someone resolved it first: wake the waiters */
-	UFFD_AGAIN,	/* the address space is changing: park, retry */
+	UFFD_AGAIN,	/* EAGAIN: the address space is changing */
 	UFFD_GONE,	/* range unmapped or process gone: wake the waiters */
 	UFFD_FAILED,	/* anything else: poison or report */
 };
@@ -57,6 +60,43 @@ enum uffd_outcome uffd_classify(ssize_t ret);
 
 /* stats.c: CLOCK_MONOTONIC in nanoseconds, the clock of every latency. */
 uint64_t now_ns(void);
+
+/* ------------------------------------------------------------------------
+ * Fault results: what handling one fault came to, for every server of
+ * faults (the library's fault path, the daemon's engine) and the read loop
+ * between them, as vm_fault_t is for the kernel. A struct, so that neither
+ * an int, nor a byte count, nor an errno passes for one unnoticed.
+ * Internal values of the fault path; nothing here is public.
+ */
+enum fault_code {
+	FR_DONE,	/* over: resolved, poisoned, or its waiters woken */
+	FR_RETRY,	/* needs the context lock: handle it again under it */
+	FR_PARK,	/* an event is pending (an install got EAGAIN), or a
+			   wake failed: try it again after the events */
+	FR_REPLAN,	/* the plan is stale (the map's generation moved
+			   while the source was read): plan it again */
+	FR_ERROR,	/* the content cannot be produced (.err): poison */
+};
+
+struct fault_ret {
+	enum fault_code code;
+	int err;	/* FR_ERROR: the -errno; 0 otherwise */
+};
+
+static inline struct fault_ret fr(enum fault_code code)
+{
+	return (struct fault_ret){ .code = code };
+}
+
+static inline struct fault_ret fr_error(int err)
+{
+	return (struct fault_ret){ .code = FR_ERROR, .err = err };
+}
+
+static inline bool fr_is(struct fault_ret ret, enum fault_code code)
+{
+	return ret.code == code;
+}
 
 /* ------------------------------------------------------------------------
  * install.c - the one fill-and-install layer.
@@ -100,6 +140,7 @@ struct inst_res {
 
 void install_range(const struct inst_req *q, struct inst_res *res);
 enum uffd_outcome install_outcome(const struct inst_res *res);
+struct fault_ret install_fault_ret(const struct inst_res *res);
 const void *install_zeros(size_t len);
 ssize_t install_fill_tail(void *buf, ssize_t n, size_t len);
 
@@ -130,11 +171,6 @@ struct fault_req {
 	bool retried;	  /* counted as retried under the context lock */
 };
 
-enum uloop_res {
-	ULOOP_DONE,	/* resolved, or its waiters are woken */
-	ULOOP_PARK,	/* an event is pending (EAGAIN): retry it later */
-};
-
 struct uport;
 struct ureader;
 
@@ -147,8 +183,13 @@ struct uport_ops {
 	 */
 	void (*event)(struct ureader *rd, struct uport *p,
 		      const struct uffd_msg *m);
-	enum uloop_res (*fault)(struct ureader *rd, struct uport *p,
-				struct fault_req *req);
+	/*
+	 * A page fault. Returns FR_PARK to have it kept and tried again
+	 * after the events (ULOOP_RETRY_MIN_NS); anything else ends it, so
+	 * the op must have resolved it, poisoned it or woken its thread.
+	 */
+	struct fault_ret (*fault)(struct ureader *rd, struct uport *p,
+				  struct fault_req *req);
 	/* After the faults of one read (e.g. wake a DONTWAKE batch); may
 	 * be NULL. */
 	void (*batch_end)(struct ureader *rd, struct uport *p);

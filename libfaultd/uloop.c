@@ -78,7 +78,7 @@ static void park(struct ureader *rd, struct uport *p,
 static void dispatch(struct ureader *rd, struct uport *p,
 		     struct fault_req *req, unsigned int tries)
 {
-	if (p->ops->fault(rd, p, req) == ULOOP_PARK)
+	if (fr_is(p->ops->fault(rd, p, req), FR_PARK))
 		park(rd, p, req, tries);
 }
 
