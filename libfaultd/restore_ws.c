@@ -304,10 +304,15 @@ static void group_willneed(struct rwset *w, size_t k)
 	image_willneed(w->img, a->off, z->off + z->len - a->off);
 }
 
-/* Take reads in turn with the other replay threads, in image order. */
+/*
+ * Take reads in turn with the other replay threads, in image order. Each
+ * read and its installs hold the region's lock for reading, inside the
+ * context lock in FAULTD_LOCK_GLOBAL mode, as a fault of the region would.
+ */
 static void replay_groups(struct rwset *w, char *buf)
 {
 	struct faultd_region *r = w->r;
+	bool global = lock_global(r->ctx);
 	size_t k;
 
 	while (!atomic_load(&w->stop) &&
@@ -318,11 +323,15 @@ static void replay_groups(struct rwset *w, char *buf)
 		 * this one (the other thread has the next). */
 		if (k + WS_THREADS < w->nr_groups)
 			group_willneed(w, k + WS_THREADS);
+		if (global)
+			map_read_lock(r->ctx);
 		pthread_rwlock_rdlock(&r->lock);
 		if (!r->dead && w->spans[j - 1].off + w->spans[j - 1].len <=
 					atomic_load(&r->len))
 			group_replay(w, i, j, buf);
 		pthread_rwlock_unlock(&r->lock);
+		if (global)
+			map_read_unlock(r->ctx);
 	}
 }
 
