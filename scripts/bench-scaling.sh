@@ -32,8 +32,10 @@
 # Environment: SCALING_SECONDS (per round, default 0.5), SCALING_ROUNDS
 # (default 5), SCALING_SAMPLES (host draws per projected point, default
 # 8), SCALING_HOSTS (default "ivb-2s-48 2s-192"), SCALING_LOAD (busy
-# processes for the loaded sweeps, default 0: none). Needs python3 and
-# gnuplot; perf is optional.
+# processes for the loaded sweeps, default 0: none), SCALING_CHECK (more
+# sweep CSVs to check the model against, such as sweeps made earlier
+# under the neighbours' own load). Needs python3 and gnuplot; perf is
+# optional.
 set -euo pipefail
 
 build=${1:-build}
@@ -143,6 +145,10 @@ fi
 [ "$nodes" -gt 1 ] || echo "bench-scaling: one NUMA node: no local," \
 	"interleave or remote sweeps (they would only repeat place none)"
 
+for f in ${SCALING_CHECK:-}; do
+	checked+=("$f")
+	sweeps+=("$f")
+done
 note_load model
 "$model" validate "$out/scaling-calib.json" "${checked[@]}" \
 	--out "$out/scaling-validate.csv"
