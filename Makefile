@@ -4,9 +4,10 @@
 #   make test   the same, then the whole test suite, the fault injection
 #               suite, the suites under sanitizers and the fuzzers (CI)
 #   make bench  the benchmarks, and thread sweeps plotted into $(PLOTS)
-#   make bench-scaling  the lock scenario over threads 1..nproc (and NUMA
-#               placements), a model fitted to it and projected to big
-#               hosts, CSV and figures into $(PLOTS) (scripts/)
+#   make bench-scaling  the lock and convoy scenarios over threads
+#               1..nproc (and NUMA placements), a model checked against
+#               every point and projected to big hosts, CSV and figures
+#               into $(PLOTS) (scripts/)
 #   make stress MINUTES=n  a long run of the stress and load suites
 #   make numa-check  the tests and placement on a two-node NUMA guest
 #               running the Debian 12 kernel (6.1), see scripts/

@@ -137,6 +137,7 @@ struct scenario {
 
 extern const struct scenario scenario_pf1;
 extern const struct scenario scenario_lock;
+extern const struct scenario scenario_convoy;
 extern const struct scenario scenario_pager;
 extern const struct scenario scenario_clear;
 extern const struct scenario scenario_brk;

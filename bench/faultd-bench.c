@@ -33,6 +33,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_pf2,
 	&scenario_pf3,
 	&scenario_lock,
+	&scenario_convoy,
 	&scenario_pager,
 	&scenario_clear,
 	&scenario_brk,

@@ -15,7 +15,9 @@
  * (each resolves its own faults in its SIGBUS handler): no handler thread,
  * no wake-up, and no retry of the fault under the kernel's mmap_lock -
  * which every fault resolved by another thread takes on 6.x (the per-VMA
- * lock covers only the first attempt), in both lock modes alike.
+ * lock covers only the first attempt), in both lock modes alike. Against
+ * faultd-sigbus-global (its faults under the context lock, taken in the
+ * SIGBUS handler) it is the A/B without the kernel's retry.
  *
  * Metrics: faults/s of the faulting threads, their p99 touch latency, and
  * map changes/s of the churning thread. --place and --handlers (place.c)
@@ -32,7 +34,7 @@
 
 #include "bench.h"
 
-enum { V_FAULTD, V_GLOBAL, V_SIGBUS };
+enum { V_FAULTD, V_GLOBAL, V_SIGBUS, V_SIGBUS_GLOBAL };
 
 struct lock_thread {
 	struct faultd_ctx *ctx;
@@ -217,7 +219,9 @@ static int lock_run(const struct bench_opts *o, unsigned int v,
 	double t0, p50;
 	int ret;
 
-	ctx = bench_ctx(v == V_GLOBAL ? FAULTD_LOCK_GLOBAL : FAULTD_LOCK_REGION,
+	ctx = bench_ctx(v == V_GLOBAL || v == V_SIGBUS_GLOBAL
+				? FAULTD_LOCK_GLOBAL
+				: FAULTD_LOCK_REGION,
 			1);
 	if (!ctx)
 		return -EIO;
@@ -228,7 +232,8 @@ static int lock_run(const struct bench_opts *o, unsigned int v,
 					      .len = o->size_mib << 20,
 					      .deadline = t0 + o->seconds,
 					      .churner = i == o->threads,
-					      .same_thread = v == V_SIGBUS,
+					      .same_thread = v == V_SIGBUS ||
+							     v == V_SIGBUS_GLOBAL,
 					      .index = i };
 		place_thread(o, i, -1, &th[i].pl);
 	}
@@ -257,10 +262,11 @@ const struct scenario scenario_lock = {
 		"regions",
 	.metrics = { "faults_per_s", "p99_ns", "map_ops_per_s" },
 	.nmetrics = 3,
-	.variants = { "faultd", "faultd-global", "faultd-sigbus" },
-	.nvariants = 3,
-	.ratios = { { V_FAULTD, V_GLOBAL } },
-	.nratios = 1,
+	.variants = { "faultd", "faultd-global", "faultd-sigbus",
+		      "faultd-sigbus-global" },
+	.nvariants = 4,
+	.ratios = { { V_FAULTD, V_GLOBAL }, { V_SIGBUS, V_SIGBUS_GLOBAL } },
+	.nratios = 2,
 	.default_threads = 1,
 	.default_size_mib = 16,
 	.run = lock_run,

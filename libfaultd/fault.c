@@ -795,7 +795,7 @@ struct fault_ret fault_handle(struct handler *h, struct fault_req *req)
 	bool timed = lock_timed(h);
 	struct fault_ret ret;
 
-	if (h->group->ctx->lock_mode != FAULTD_LOCK_GLOBAL) {
+	if (!lock_global(h->group->ctx)) {
 		ret = fault_fast(&f, &why, timed);
 		if (!fr_is(ret, FR_RETRY))
 			return ret;

@@ -218,9 +218,10 @@ struct region_map;
 struct faultd_ctx {
 	/*
 	 * The context lock. Write: any change of the region map (create,
-	 * destroy, resize) and of the group list. Read: the slow fault path
-	 * (every fault in FAULTD_LOCK_GLOBAL mode). Writer-preferring, so a
-	 * waiting writer makes new fast-path try-locks of its region fail.
+	 * destroy, resize) and of the group list. Read: the slow fault path;
+	 * in FAULTD_LOCK_GLOBAL mode every resolution (lock_global()).
+	 * Writer-preferring, so a waiting writer makes new fast-path
+	 * try-locks of its region fail.
 	 */
 	pthread_rwlock_t map_lock;
 	/* RCU-published; replaced under map_lock held for writing. */
@@ -294,10 +295,22 @@ int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
 
 int rwlock_init_writer_pref(pthread_rwlock_t *lock);
 void map_read_lock(struct faultd_ctx *ctx);
+bool map_read_trylock(struct faultd_ctx *ctx);
 void map_read_unlock(struct faultd_ctx *ctx);
 void map_write_lock(struct faultd_ctx *ctx);
 void map_write_unlock(struct faultd_ctx *ctx);
 bool map_lock_held(const struct faultd_ctx *ctx, bool write);
+
+/*
+ * FAULTD_LOCK_GLOBAL: every resolution of a fault, on every path - handler
+ * threads, same-thread faults, prefetch and read-ahead, working-set replay,
+ * clone reads - holds the context lock for reading, where the kernel
+ * before per-VMA locks held mmap_lock. The "before" of the A/B.
+ */
+static inline bool lock_global(const struct faultd_ctx *ctx)
+{
+	return ctx->lock_mode == FAULTD_LOCK_GLOBAL;
+}
 
 /*
  * What a _locked function needs, checked with -Ddebug-checks=true: the

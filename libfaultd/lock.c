@@ -8,17 +8,35 @@
  * path (internal.h has the lock order). The thread-local tls_locked_ctx
  * records which context's lock the calling thread holds, for
  * faultd_ctx_lock_held().
+ *
+ * Same-thread faults take the lock for reading in their SIGBUS handler in
+ * FAULTD_LOCK_GLOBAL mode (sigbus.c): the thread-locals are initial-exec,
+ * so that no access to them allocates, and the lock is a glibc rwlock,
+ * atomics and a futex, which a handler may take as long as the code it
+ * interrupted does not hold it.
  */
 #include "internal.h"
 
-static __thread const struct faultd_ctx *tls_locked_ctx;
-static __thread bool tls_locked_write;	/* tls_locked_ctx's, for writing */
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+
+static __thread const struct faultd_ctx *tls_locked_ctx TLS_IE;
+static __thread bool tls_locked_write TLS_IE; /* tls_locked_ctx's, written */
 
 void map_read_lock(struct faultd_ctx *ctx)
 {
 	pthread_rwlock_rdlock(&ctx->map_lock);
 	tls_locked_ctx = ctx;
 	tls_locked_write = false;
+}
+
+/* map_read_lock() unless a writer holds or waits for the lock. */
+bool map_read_trylock(struct faultd_ctx *ctx)
+{
+	if (pthread_rwlock_tryrdlock(&ctx->map_lock))
+		return false;
+	tls_locked_ctx = ctx;
+	tls_locked_write = false;
+	return true;
 }
 
 void map_read_unlock(struct faultd_ctx *ctx)

@@ -16,8 +16,9 @@
  * pf_dying - from then on its requests are dropped - and waits for the
  * count to fall to zero, before it takes any lock; so a worker holds no
  * reference the region could outlive. Workers take the region's lock for
- * reading around each chunk (and the context lock, for pagers that are
- * not concurrent), as a handler does on the slow path.
+ * reading around each chunk, and inside the context lock where a fault
+ * of the region would hold it: for a pager that is not concurrent, and in
+ * FAULTD_LOCK_GLOBAL mode.
  *
  * Read-ahead, like the kernel's: a fault that continues the previous one
  * queues the next window; the window doubles while the sequence holds, up
@@ -222,12 +223,17 @@ static void pcache_populate(struct faultd_region *r, uint64_t off, size_t len,
 	}
 }
 
-/* The region's pager must be called under the context lock? */
+/*
+ * Is a chunk filled under the context lock? Where a fault would be: its
+ * pager is not concurrent (vmf_can_call_fault()), or every resolution
+ * takes the lock (FAULTD_LOCK_GLOBAL: read-ahead under mmap_lock, as the
+ * kernel's before per-VMA locks).
+ */
 static bool needs_ctx_lock(const struct faultd_region *r)
 {
 	struct pager_ref *p = r->cache ? r->cache->pager : r->pager;
 
-	return p && !pager_concurrent(p);
+	return lock_global(r->ctx) || (p && !pager_concurrent(p));
 }
 
 /* Fill one chunk of a request; the caller keeps the region alive. */

@@ -281,10 +281,15 @@ static void read_replay(struct rwset *w, size_t k, char *buf)
 		run_install(w, &w->plan.runs[i], rd.off, buf);
 }
 
-/* Take reads in turn with the other replay threads, in image order. */
+/*
+ * Take reads in turn with the other replay threads, in image order. Each
+ * read and its installs hold the region's lock for reading, inside the
+ * context lock in FAULTD_LOCK_GLOBAL mode, as a fault of the region would.
+ */
 static void replay_reads(struct rwset *w, char *buf)
 {
 	struct faultd_region *r = w->r;
+	bool global = lock_global(r->ctx);
 	size_t k;
 
 	while (!atomic_load(&w->stop) &&
@@ -299,10 +304,14 @@ static void replay_reads(struct rwset *w, char *buf)
 
 			image_willneed(w->img, ahead.off, ahead.len);
 		}
+		if (global)
+			map_read_lock(r->ctx);
 		pthread_rwlock_rdlock(&r->lock);
 		if (!r->dead && rd.off + rd.len <= atomic_load(&r->len))
 			read_replay(w, k, buf);
 		pthread_rwlock_unlock(&r->lock);
+		if (global)
+			map_read_unlock(r->ctx);
 	}
 }
 

@@ -14,11 +14,13 @@
  * action. Programs that install their own SIGBUS handler later call
  * faultd_sigbus() from it first.
  *
- * Everything here runs in a signal handler: no locks, no allocation, only
- * atomics and system calls. A region is reached through a slot of the
- * table; destroy empties the slot and waits until no handler uses it.
- * Staging buffers for pager fills come from a small per-region pool,
- * claimed with an atomic exchange.
+ * Everything here runs in a signal handler: no allocation, only atomics
+ * and system calls, and no lock but one: in FAULTD_LOCK_GLOBAL mode the
+ * resolution holds the context lock for reading, as every fault held
+ * mmap_lock before per-VMA locks (sig_lock()). A region is reached
+ * through a slot of the table; destroy empties the slot and waits until
+ * no handler uses it. Staging buffers for pager fills come from a small
+ * per-region pool, claimed with an atomic exchange.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -199,7 +201,8 @@ static bool sig_poison(struct faultd_region *r, uintptr_t page)
 	return res.done == r->page_size;
 }
 
-/* Resolve the fault at @addr of @r. */
+/* Resolve the fault at @addr of @r, counted as under the context lock
+ * (ST_LOCKED) where the thread holds it. */
 static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 {
 	uintptr_t page = addr & ~((uintptr_t)r->page_size - 1), start;
@@ -208,7 +211,7 @@ static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 	void *buf;
 
 	sig_count(r, ST_FAULTS);
-	sig_count(r, ST_FAST);
+	sig_count(r, map_lock_held(r->ctx, false) ? ST_LOCKED : ST_FAST);
 	if (!r->pager) {
 		if (sig_map(r, page, start, len, NULL, write))
 			sig_count(r, ST_ZERO_FILLS);
@@ -231,19 +234,14 @@ static void sig_resolve(struct faultd_region *r, uintptr_t addr, bool write)
 }
 
 /*
- * faultd_sigbus() - resolve a SIGBUS if it is a fault in a same-thread
- * region. Returns 1 if it was (the access may be retried), 0 if not.
+ * slot_get() - the slot of the region that holds @addr, taken (its users
+ * counted: the region cannot go until slot_put()), the region in *rp;
+ * NULL if there is none, or it is being destroyed.
  */
-FAULTD_EXPORT int faultd_sigbus(int sig, void *siginfo, void *ucontext)
+static struct sigbus_slot *slot_get(uintptr_t addr, struct faultd_region **rp)
 {
-	const siginfo_t *info = siginfo;
-	uintptr_t addr;
-	int used;
+	int used = atomic_load(&slots_used);
 
-	if (sig != SIGBUS || !info || info->si_code != BUS_ADRERR)
-		return 0;
-	addr = (uintptr_t)info->si_addr;
-	used = atomic_load(&slots_used);
 	for (int i = 0; i < used; i++) {
 		struct sigbus_slot *s = &slots[i];
 		struct faultd_region *r = atomic_load(&s->region);
@@ -252,15 +250,84 @@ FAULTD_EXPORT int faultd_sigbus(int sig, void *siginfo, void *ucontext)
 		    addr >= atomic_load(&s->end))
 			continue;
 		atomic_fetch_add(&s->users, 1);
-		if (atomic_load(&s->region) != r || sig_poisoned(r, addr)) {
-			atomic_fetch_sub(&s->users, 1); /* destroyed, poisoned */
-			return 0;
+		if (atomic_load(&s->region) != r) { /* destroyed meanwhile */
+			atomic_fetch_sub(&s->users, 1);
+			return NULL;
 		}
-		sig_resolve(r, addr, fault_was_write(ucontext));
-		atomic_fetch_sub(&s->users, 1);
-		return 1;
+		*rp = r;
+		return s;
 	}
-	return 0;
+	return NULL;
+}
+
+static void slot_put(struct sigbus_slot *s)
+{
+	atomic_fetch_sub(&s->users, 1);
+}
+
+/*
+ * sig_lock() - in FAULTD_LOCK_GLOBAL mode, the context lock for reading
+ * around the resolution, as a handler thread's fault holds it; not taken
+ * again by a thread that holds it (a pager or hook called under it that
+ * touches a same-thread region). While the slot is taken the lock is only
+ * tried: a destroyer holds it for writing while it waits for the slot's
+ * users (sigbus_remove()). When the try fails, the slot is let go, the
+ * lock waited for, and the region looked up again under it.
+ * Returns the slot, taken, and in *locked the context to unlock (NULL:
+ * none); NULL if the region went while the lock was awaited.
+ */
+static struct sigbus_slot *sig_lock(struct sigbus_slot *s, uintptr_t addr,
+				    struct faultd_region **rp,
+				    struct faultd_ctx **locked)
+{
+	struct faultd_ctx *ctx = (*rp)->ctx;
+
+	*locked = NULL;
+	if (!lock_global(ctx) || map_lock_held(ctx, false))
+		return s;
+	if (!map_read_trylock(ctx)) {
+		slot_put(s);
+		map_read_lock(ctx);
+		s = slot_get(addr, rp);
+		if (!s || (*rp)->ctx != ctx) {
+			if (s)
+				slot_put(s);
+			map_read_unlock(ctx);
+			return NULL;
+		}
+	}
+	*locked = ctx;
+	return s;
+}
+
+/*
+ * faultd_sigbus() - resolve a SIGBUS if it is a fault in a same-thread
+ * region. Returns 1 if it was (the access may be retried), 0 if not.
+ */
+FAULTD_EXPORT int faultd_sigbus(int sig, void *siginfo, void *ucontext)
+{
+	const siginfo_t *info = siginfo;
+	struct faultd_ctx *locked = NULL;
+	struct faultd_region *r = NULL;
+	struct sigbus_slot *s;
+	uintptr_t addr;
+	bool ours;
+
+	if (sig != SIGBUS || !info || info->si_code != BUS_ADRERR)
+		return 0;
+	addr = (uintptr_t)info->si_addr;
+	s = slot_get(addr, &r);
+	if (s)
+		s = sig_lock(s, addr, &r, &locked);
+	if (!s)
+		return 0;
+	ours = !sig_poisoned(r, addr); /* a page we poisoned: final */
+	if (ours)
+		sig_resolve(r, addr, fault_was_write(ucontext));
+	if (locked)
+		map_read_unlock(locked);
+	slot_put(s);
+	return ours;
 }
 
 /* Not ours: what was installed before us, or the default action. */

@@ -4,8 +4,9 @@
  *
  * Concurrent faults from several application threads into regions served by
  * several handler threads, in both lock modes, with every byte verified and
- * the counters checked exactly; the pager locking contract; region churn
- * while faulting; racing faults; destroy while busy; poisoning.
+ * the counters checked exactly; the pager locking contract; global mode
+ * taking the context lock on every path that resolves faults; region
+ * churn while faulting; racing faults; destroy while busy; poisoning.
  */
 #include <criterion/criterion.h>
 #include <setjmp.h>
@@ -340,6 +341,160 @@ Test(pager, unaudited_called_under_context_lock_only, .timeout = 60)
 Test(pager, concurrent_called_without_context_lock, .timeout = 60)
 {
 	pager_contract(FAULTD_PAGER_CONCURRENT, false);
+}
+
+/* ------------------------------------------------------------------------
+ * FAULTD_LOCK_GLOBAL is global on every path that resolves a fault.
+ */
+
+/*
+ * A pager that counts the pages it fills with and without the context
+ * lock held. Atomics only: it also runs in SIGBUS handlers.
+ */
+struct lock_probe {
+	struct faultd_ctx *ctx;
+	atomic_long locked, unlocked;	/* pages */
+};
+
+static ssize_t lock_probe_fill(void *arg, struct faultd_region *r,
+			       uint64_t off, void *buf, size_t len)
+{
+	struct lock_probe *lp = arg;
+
+	atomic_fetch_add(faultd_ctx_lock_held(lp->ctx) ? &lp->locked
+						       : &lp->unlocked,
+			 (long)(len / PAGE));
+	pattern_fill(11, off, buf, len);
+	return (ssize_t)len;
+}
+
+#define PATH_LEN (1 * MIB)
+
+enum { P_HANDLER, P_SIGBUS, P_SIGBUS_ZERO, P_PREFETCH, P_READAHEAD,
+       P_PARENT, P_CHILD, P_NR };
+
+static struct faultd_region *path_region(struct faultd_ctx *ctx,
+					 const struct faultd_pager *p,
+					 uint64_t flags, size_t readahead)
+{
+	struct faultd_region_opts o = { .size = sizeof(o),
+					.flags = flags,
+					.length = PATH_LEN,
+					.pager = p,
+					.fault_around = FAULTD_FAULT_AROUND_OFF,
+					.readahead_max = readahead };
+	struct faultd_region *r = NULL;
+
+	cr_assert_eq(faultd_region_create(ctx, &o, &r), 0);
+	return r;
+}
+
+/* Read every page once, in order; the pages that are not the pattern. */
+static size_t read_pages(struct faultd_region *r, bool pager)
+{
+	const char *b = faultd_region_base(r);
+	size_t bad = 0;
+
+	for (size_t off = 0; off < PATH_LEN; off += PAGE)
+		bad += pager ? pattern_check(11, off, b + off, PAGE) != 0
+			     : b[off] != 0;
+	return bad;
+}
+
+/*
+ * Every path that resolves a fault, in a context of @lock_mode: handler
+ * threads, same-thread faults (with a pager and zero-fill), a prefetch,
+ * read-ahead, and a copy-on-write clone whose faults read its parent's
+ * pager. Each page is read from the pager once (claims), so the pages
+ * filled with the context lock held and without it are exact.
+ */
+static void every_path(unsigned int lock_mode, struct lock_probe *lp,
+		       struct faultd_stats *st)
+{
+	struct faultd_ctx *ctx = make_ctx(lock_mode, 1);
+	struct faultd_pager p = { .size = sizeof(p),
+				  .flags = FAULTD_PAGER_SIGNAL_SAFE,
+				  .fill = lock_probe_fill, .arg = lp };
+	struct faultd_clone_opts co = { .size = sizeof(co) };
+	struct faultd_region *r[P_NR];
+	size_t bad = 0;
+
+	lp->ctx = ctx;
+	r[P_HANDLER] = path_region(ctx, &p, 0, 0);
+	r[P_SIGBUS] = path_region(ctx, &p, FAULTD_REGION_SAME_THREAD, 0);
+	r[P_SIGBUS_ZERO] = path_region(ctx, NULL, FAULTD_REGION_SAME_THREAD,
+				       0);
+	r[P_PREFETCH] = path_region(ctx, &p, 0, 0);
+	r[P_READAHEAD] = path_region(ctx, &p, 0, 256 * 1024);
+	r[P_PARENT] = path_region(ctx, &p, 0, 0);
+	cr_assert_eq(faultd_region_clone(r[P_PARENT], &co, &r[P_CHILD]), 0);
+	cr_assert_eq(faultd_region_prefetch(r[P_PREFETCH], 0, PATH_LEN), 0);
+	cr_assert_eq(faultd_region_prefetch_wait(r[P_PREFETCH]), 0);
+	for (int i = 0; i < P_NR; i++)
+		if (i != P_PARENT) /* the child reads it, without faults */
+			bad += read_pages(r[i], i != P_SIGBUS_ZERO);
+	cr_assert_eq(faultd_region_prefetch_wait(r[P_READAHEAD]), 0);
+	cr_expect_eq(bad, 0, "%zu pages read wrong", bad);
+	for (int i = 0; i < P_NR; i++) {
+		st[i] = (struct faultd_stats){ .size = sizeof(st[i]) };
+		cr_assert_eq(faultd_region_stats(r[i], &st[i]), 0);
+	}
+	faultd_ctx_destroy(ctx);
+}
+
+Test(lock_mode, global_takes_the_context_lock_on_every_path, .timeout = 60)
+{
+	struct lock_probe lp = { 0 };
+	struct faultd_stats st[P_NR];
+	const long pages = PATH_LEN / PAGE;
+
+	skip_without(FAULTD_HAVE_SIGBUS | FAULTD_HAVE_WP,
+		     "UFFD_FEATURE_SIGBUS and write-protection");
+	every_path(FAULTD_LOCK_GLOBAL, &lp, st);
+	/* Handler, same-thread, prefetch, read-ahead, the child's reads of
+	 * its parent: each page filled once, every fill under the lock. */
+	cr_expect_eq(atomic_load(&lp.unlocked), 0);
+	cr_expect_eq(atomic_load(&lp.locked), 5 * pages);
+	for (int i = 0; i < P_NR; i++) {
+		if (i == P_PARENT || i == P_PREFETCH)
+			continue; /* no faults */
+		if (i != P_READAHEAD)
+			cr_expect_eq(st[i].faults, pages, "path %d", i);
+		cr_expect_eq(st[i].locked, st[i].faults, "path %d", i);
+		cr_expect_eq(st[i].fast, 0, "path %d", i);
+		cr_expect_eq(st[i].retry, 0, "path %d", i);
+	}
+	/* Each page of the read-ahead region in by its fault or a worker. */
+	cr_expect_gt(st[P_READAHEAD].readahead, 0);
+	cr_expect_eq(st[P_READAHEAD].pager_fills + st[P_READAHEAD].readahead,
+		     pages);
+}
+
+Test(lock_mode, region_takes_it_for_a_clone_s_first_fault_only,
+     .timeout = 60)
+{
+	struct lock_probe lp = { 0 };
+	struct faultd_stats st[P_NR];
+	const long pages = PATH_LEN / PAGE;
+
+	skip_without(FAULTD_HAVE_SIGBUS | FAULTD_HAVE_WP,
+		     "UFFD_FEATURE_SIGBUS and write-protection");
+	every_path(FAULTD_LOCK_REGION, &lp, st);
+	/* Only the child's first fault, which allocates its page state
+	 * under the lock (vmf_anon_prepare()), reads there. */
+	cr_expect_eq(atomic_load(&lp.locked), 1);
+	cr_expect_eq(atomic_load(&lp.unlocked), 5 * pages - 1);
+	for (int i = 0; i < P_NR; i++) {
+		bool child = i == P_CHILD;
+
+		if (i == P_PARENT || i == P_PREFETCH)
+			continue;
+		cr_expect_eq(st[i].locked, child, "path %d", i);
+		cr_expect_eq(st[i].retry, child, "path %d", i);
+		cr_expect_eq(st[i].fast, st[i].faults - child, "path %d", i);
+	}
+	cr_expect_eq(st[P_SIGBUS].faults, pages);
+	cr_expect_eq(st[P_SIGBUS_ZERO].faults, pages);
 }
 
 /* ------------------------------------------------------------------------

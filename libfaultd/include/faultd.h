@@ -113,8 +113,10 @@ typedef void (*faultd_log_fn)(void *arg, int level, const char *msg);
  * How faults are serialized against changes to the region map.
  * FAULTD_LOCK_REGION (default): a fault takes its region's read lock, found
  *   under RCU; it falls back to the context lock only when it must.
- * FAULTD_LOCK_GLOBAL: every fault takes the context lock for reading, the
- *   model of the kernel before per-VMA locks. Kept for comparison.
+ * FAULTD_LOCK_GLOBAL: every resolution of a fault, on every path (handler
+ *   threads, same-thread faults, prefetch, read-ahead, replay, clone
+ *   reads), takes the context lock for reading, where the kernel before
+ *   per-VMA locks held mmap_lock: the "before" of an A/B comparison.
  * The environment variable FAULTD_LOCK_MODE=global|region overrides the
  * option (for running a program unchanged in both modes); any other
  * non-empty value makes faultd_ctx_create() fail with -EINVAL.
@@ -204,8 +206,10 @@ struct faultd_pager {
 	 * prefetch worker of the context, or the thread destroying a region
 	 * that has clones (it saves their pages first); holding the read lock
 	 * of the region (or of the clone it serves), or the context lock for
-	 * reading (always, without FAULTD_PAGER_CONCURRENT). In a same-thread
-	 * region: the faulting thread's SIGBUS handler, with no lock. It may
+	 * reading (always, without FAULTD_PAGER_CONCURRENT or in
+	 * FAULTD_LOCK_GLOBAL mode). In a same-thread region: the faulting
+	 * thread's SIGBUS handler, with no lock (the context lock for reading
+	 * in FAULTD_LOCK_GLOBAL mode). It may
 	 * sleep (not in a signal handler). It must not create, resize or
 	 * destroy regions or groups of the same context, nor touch the
 	 * region's own missing pages; only in a handler thread do such calls
