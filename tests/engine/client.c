@@ -74,10 +74,18 @@ int uffd_register_range(int uffd, void *addr, size_t len)
 
 char *reserve_pages(size_t pages)
 {
-	void *p = mmap(NULL, pages * PG, PROT_NONE,
+	size_t len = pages * PG;
+	char *p = mmap(NULL, len + WINDOW_ALIGN, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	char *a;
 
-	return p == MAP_FAILED ? NULL : p;
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (char *)(((uintptr_t)p + WINDOW_ALIGN - 1) & ~(WINDOW_ALIGN - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	munmap(a + len, (size_t)(p + WINDOW_ALIGN - a));
+	return a;
 }
 
 int map_rw(char *addr, size_t len)

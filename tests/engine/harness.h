@@ -151,7 +151,13 @@ void front_adopted(struct front *f, struct session *s, int peer);
 int uffd_new(uint64_t features);
 /* Register [addr, addr + len) for missing faults. 0 or -errno. */
 int uffd_register_range(int uffd, void *addr, size_t len);
-/* @pages of address space, PROT_NONE, unregistered; NULL on failure. */
+/*
+ * @pages of address space, PROT_NONE, unregistered, aligned to
+ * WINDOW_ALIGN: in as few of the push's stripes (1 MiB of addresses each,
+ * push.c) as it can be, so that one push thread pushes all of a window of
+ * 1 MiB or less, and none pushes while the test holds it. NULL on failure.
+ */
+#define WINDOW_ALIGN (1ul << 20)
 char *reserve_pages(size_t pages);
 /* Anonymous read-write pages over [addr, addr + len) (MAP_FIXED). */
 int map_rw(char *addr, size_t len);
