@@ -70,6 +70,7 @@ static int front_adopt(struct session *s, const void *blob, size_t len,
 	bool ok = len == sizeof(FRONT_BLOB) && !memcmp(blob, FRONT_BLOB, len);
 
 	atomic_store(&adopt_seen, ok ? 1 : -1);
+	session_set_name(s, "adopted %llu", (unsigned long long)session_id(s));
 	if (peer >= 0)
 		session_set_peer(s, peer, true);
 	return ok ? 0 : -EBADMSG;
@@ -85,22 +86,31 @@ const struct session_ops front_ops = {
 	.adopt = front_adopt,
 };
 
+int front_create_on(struct front *f, const struct session_opts *o,
+		    int session_end, int test_end)
+{
+	int ret;
+
+	memset(f, 0, sizeof(*f));
+	f->peer = test_end;
+	ret = session_create(o, &front_ops, f, &f->s);
+	if (!ret)
+		session_set_peer(f->s, session_end, true);
+	return ret;
+}
+
 int front_create(struct front *f, const struct session_opts *o)
 {
 	int sv[2], ret;
 
-	memset(f, 0, sizeof(*f));
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;
-	ret = session_create(o, &front_ops, f, &f->s);
+	ret = front_create_on(f, o, sv[0], sv[1]);
 	if (ret) {
 		close(sv[0]);
 		close(sv[1]);
-		return ret;
 	}
-	session_set_peer(f->s, sv[0], true);
-	f->peer = sv[1];
-	return 0;
+	return ret;
 }
 
 void front_adopted(struct front *f, struct session *s, int peer)

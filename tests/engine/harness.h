@@ -126,6 +126,10 @@ extern const struct session_ops front_ops;
 
 /* A session of @f with @o (name, handlers...), with a peer to drive. */
 int front_create(struct front *f, const struct session_opts *o);
+/* The same on a connection of the caller's: the session's end (taken
+ * over), the test's (front_free() closes it). */
+int front_create_on(struct front *f, const struct session_opts *o,
+		    int session_end, int test_end);
 /* The control loop in a thread of its own: session_run(); returns once
  * the loop runs (every thread of the session started). */
 int front_run(struct front *f);
