@@ -149,9 +149,8 @@ bool front_wait_bytes(struct front *f, int n, unsigned int ms)
 
 /*
  * The control loop reads the peer once every thread of the session is
- * started: a byte it read says so. Until then a test that forks would
- * hold the allocator's locks (fork() takes them until the FORK event is
- * read) while the session still allocates a handler's buffer.
+ * started: a byte it read says so. A test that holds one handler relies
+ * on the next to read its event.
  */
 int front_run(struct front *f)
 {
