@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,27 @@ bool resident(const char *addr)
 	unsigned char v = 0;
 
 	return !mincore((void *)addr, PG, &v) && (v & 1);
+}
+
+static sigjmp_buf bus_jmp;
+
+static void on_sigbus(int sig)
+{
+	siglongjmp(bus_jmp, 1);
+}
+
+bool load_sigbus(const void *addr)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old;
+	volatile bool bus = false;
+
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(bus_jmp, 1))
+		bus = true;
+	else
+		(void)*(const volatile char *)addr;
+	sigaction(SIGBUS, &old, NULL);
+	return bus;
 }
 
 void engine_sync(struct space *sp)

@@ -2,10 +2,10 @@
 /*
  * harness.h - the daemon's session engine (daemon/engine/) on its own, for
  * the engine suite: what tests/engine/{table,race,keep}.c share, made in
- * msrc.c, front.c and client.c. Nothing
- * here uses Criterion (each test program is built on it, or under TSan on
- * tests/tsan/'s runner, whose main() may be in one file only): functions
- * return 0 or -errno, and the tests assert.
+ * msrc.c, front.c and client.c. Nothing here uses Criterion (each test
+ * program is built on it, or under TSan on tests/tsan/'s runner, whose
+ * main() may be in one file only): functions return 0 or -errno, and the
+ * tests assert.
  *
  *   msrc     a source (daemon/sources/source.h) whose content is a function
  *            of the offset, with known-zero extents, per-page read errors,
@@ -167,6 +167,9 @@ char *reserve_pages(size_t pages);
 int map_rw(char *addr, size_t len);
 /* Is the page at @addr in memory (mincore)? */
 bool resident(const char *addr);
+/* Does a load of @addr get SIGBUS (a poisoned page)? From the test's
+ * thread: ASan and TSan are told to leave SIGBUS alone. */
+bool load_sigbus(const void *addr);
 /*
  * Quiet: a read of @sp's events is over (its handler holds ev_lock from
  * the read() to the last event applied), and so is every install under

@@ -33,7 +33,6 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -402,28 +401,6 @@ static void adopt(void)
 /* ------------------------------------------------------------------------
  * After.
  */
-
-static sigjmp_buf bus_jmp;
-
-static void on_sigbus(int sig)
-{
-	siglongjmp(bus_jmp, 1);
-}
-
-/* Does a load of @addr get SIGBUS (a poisoned page)? */
-static bool load_sigbus(const char *addr)
-{
-	struct sigaction sa = { .sa_handler = on_sigbus }, old;
-	volatile bool bus = false;
-
-	sigaction(SIGBUS, &sa, &old);
-	if (sigsetjmp(bus_jmp, 1))
-		bus = true;
-	else
-		(void)*(const volatile char *)addr;
-	sigaction(SIGBUS, &old, NULL);
-	return bus;
-}
 
 /* The thread the dead daemon left asleep got its page, or poison. */
 static void check_g(void)
