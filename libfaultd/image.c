@@ -591,10 +591,9 @@ static struct image *image_new(int fd, const struct img_header *h)
 	return img;
 }
 
-/* The checker, the header's MAC, the tables: what a checked header
- * allows to be allocated and read. */
-static int image_load(struct image *img, const struct img_key *key,
-		      const char **why)
+/* The checker and the header's MAC: what a checked header allows. */
+static int image_checker(struct image *img, const struct img_key *key,
+			 const char **why)
 {
 	int ret = img_checker_new(&img->h, key, &img->chk);
 
@@ -610,7 +609,16 @@ static int image_load(struct image *img, const struct img_key *key,
 	img->ext_chunks = div_up(img->h.nr_extents, IMG_EXT_PER_CHUNK);
 	img->check_chunks = div_up(img->h.nr_blocks,
 				   checks_per_chunk(img->check_size));
-	ret = header_mac_check(img, why);
+	return header_mac_check(img, why);
+}
+
+/* The checker, the header's MAC, the tables: what a checked header
+ * allows to be allocated and read. */
+static int image_load(struct image *img, const struct img_key *key,
+		      const char **why)
+{
+	int ret = image_checker(img, key, why);
+
 	return ret ? ret : tables_scan(img, why);
 }
 
@@ -693,6 +701,46 @@ int image_open_reader(const struct img_reader *rd, const struct img_key *key,
 		return -ENOMEM;
 	img->rd = *rd;
 	ret = image_load(img, key, why);
+	if (ret) {
+		image_close(img);
+		return ret;
+	}
+	*imgp = img;
+	return 0;
+}
+
+static ssize_t header_only_read(void *arg, uint64_t off, void *buf,
+				size_t len, unsigned int flags)
+{
+	return -EIO;
+}
+
+/*
+ * image_open_header() - an image of which only header @h is known (a
+ * file of @file_len bytes only a daemon reads): checked as
+ * image_header_check() and, with @key, its MAC - so that its key is known
+ * right, and image_key_of() gives the image's own key. Its tables and
+ * blocks cannot be read: image_read() fails with -EIO. Returns as
+ * image_open(), and -EOPNOTSUPP for an incremental image.
+ */
+int image_open_header(const struct img_header *h, uint64_t file_len,
+		      const struct img_key *key, struct image **imgp,
+		      const char **why)
+{
+	struct image *img;
+	int ret = image_header_check(h, file_len, why);
+
+	if (ret)
+		return ret;
+	*why = "an incremental image: the daemon serves full images only";
+	if (h->flags & IMG_INCREMENTAL)
+		return -EOPNOTSUPP;
+	img = image_new(-1, h);
+	if (!img)
+		return -ENOMEM;
+	img->rd = (struct img_reader){ .read = header_only_read,
+				       .len = file_len };
+	ret = image_checker(img, key, why);
 	if (ret) {
 		image_close(img);
 		return ret;

@@ -865,6 +865,9 @@ int image_open_reader(const struct img_reader *rd, const struct img_key *key,
 		      struct image **imgp, const char **why);
 int image_header_check(const struct img_header *h, uint64_t file_len,
 		       const char **why);
+int image_open_header(const struct img_header *h, uint64_t file_len,
+		      const struct img_key *key, struct image **imgp,
+		      const char **why);
 int image_file_open(const char *path);
 void image_close(struct image *img);
 ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len);

@@ -315,6 +315,27 @@ static const struct source_ops src_remote_image_ops = {
 };
 
 /*
+ * src_image_header() - the header of the image whose file is @under's
+ * content, read and checked as image_header_check() does (not its MAC:
+ * that needs the key, which the client derives from this header).
+ * Returns 0, or -errno with *why.
+ */
+int src_image_header(struct source *under, struct img_header *h,
+		     const char **why)
+{
+	ssize_t n;
+
+	*why = "the image is shorter than a header";
+	if (under->size < sizeof(*h))
+		return -EINVAL;
+	n = under_read(under, 0, h, sizeof(*h), IMG_READ_URGENT);
+	*why = "the image's header cannot be read";
+	if (n < 0)
+		return (int)n;
+	return image_header_check(h, under->size, why);
+}
+
+/*
  * src_image_open_over() - a source over the full image whose file is
  * @under's content (offsets: the file's; a page size of 4 KiB), checked
  * with @key (NULL: none) as src_image_open() checks one. It owns @under

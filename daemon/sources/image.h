@@ -9,6 +9,7 @@
 #include "source.h"
 
 struct image;
+struct img_header;
 struct img_key;
 
 extern const struct source_type src_image_type;
@@ -18,6 +19,8 @@ int src_image_open(int fd, const struct img_key *key, struct source **sp,
 		   const char **why);
 int src_image_open_over(struct source *under, const struct img_key *key,
 			struct source **sp, const char **why);
+int src_image_header(struct source *under, struct img_header *h,
+		     const char **why);
 struct image *src_image_of(struct source *s);
 
 #endif /* FAULTD_SRC_IMAGE_H */
