@@ -6,17 +6,19 @@
 #
 # asan  build-asan: ASan + UBSan, every UB finding fatal, fault injection
 #       compiled in, -Dwerror=true, every target built. Suites unit, uffd,
-#       stress, hugetlb, daemon, load, inject, examples, firecracker and
-#       criu. Not "install":
+#       stress, hugetlb, daemon, load, inject, examples, firecracker, criu
+#       and nbd (the NBD source against nbdkit, and end to end). Not
+#       "install":
 #       it checks the exported ABI, the man pages, the headers and a
 #       DESTDIR install built by a plain compiler; no library code runs
 #       there that the other suites do not run.
 # tsan  build-tsan: TSan, only the programs the run needs. The suites uffd,
-#       stress, hugetlb, daemon, examples and criu, and of suite unit the program
-#       test-unit: test-clear is single-threaded byte checking, which TSan
-#       slows to two minutes, its timeout. Not "load": it counts the threads
-#       and mappings of the process, and TSan adds its own. Criterion
-#       cannot start under TSan, so the test programs are built on
+#       stress, hugetlb, daemon, examples, criu and nbd, and of suite unit
+#       the program test-unit: test-clear is single-threaded byte
+#       checking, which TSan slows to two minutes, its timeout. Not
+#       "load": it counts the threads and mappings of the process, and
+#       TSan adds its own. Criterion cannot start under TSan, so the test
+#       programs are built on
 #       tests/tsan/criterion/criterion.h (which says why); TSAN_OPTIONS
 #       take tests/tsan.supp.
 #
@@ -123,7 +125,7 @@ run_asan() {
 		--timeout-multiplier 3 \
 		--suite unit --suite pure --suite uffd --suite stress \
 		--suite hugetlb --suite daemon --suite load --suite inject \
-		--suite examples --suite firecracker --suite criu
+		--suite examples --suite firecracker --suite criu --suite nbd
 	ret=$?
 	reports "$logs" || ret=1
 	return $ret
@@ -136,7 +138,8 @@ run_tsan() {
 		-Dtests=true -Dexamples=true -Dbench=false \
 		-Dc_args=-fno-omit-frame-pointer || return 1
 	targets=$(test_targets "$dir" unit suite:uffd suite:stress \
-		suite:hugetlb suite:daemon suite:examples suite:criu) || return 1
+		suite:hugetlb suite:daemon suite:examples suite:criu \
+		suite:nbd) || return 1
 	# shellcheck disable=SC2086 # one target a word
 	ninja -C "$dir" $targets || return 1
 	rm -rf "$logs" && mkdir -p "$logs"
@@ -148,7 +151,7 @@ run_tsan() {
 	meson test -C "$dir" --no-rebuild --print-errorlogs \
 		--timeout-multiplier 3 \
 		--suite uffd --suite stress --suite hugetlb --suite daemon \
-		--suite examples --suite criu
+		--suite examples --suite criu --suite nbd
 	ret=$?
 	meson test -C "$dir" --no-rebuild --print-errorlogs \
 		--timeout-multiplier 3 unit || ret=1
