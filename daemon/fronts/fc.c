@@ -23,7 +23,10 @@
  * it is opened at the start - its size is the memory's, checked as a
  * file's, and its block sizes against the pages - and every VM's session
  * opens it again, so that the VMs share one set of connections and each
- * chunk is fetched once for them all (nbd.h); --nbd-deadline sets how
+ * chunk is fetched once for them all (nbd.h); a fault installs the whole
+ * chunk its page is in (the fault-around window: the bytes are here, and a
+ * chunk evicted and fetched again for the next fault in it would cost a
+ * round trip and its bytes again); --nbd-deadline sets how
  * long a server that went away is waited for before its pages are
  * poisoned. The command line is the administrator's: any server it names
  * is allowed. --mem-file takes a path only. With --prefetch the session pushes the rest of the
@@ -107,6 +110,7 @@ static int mem_fd = -1;		/* the memory file; sessions dup it */
 /* An NBD export instead: open from the start to the end, so that the
  * VMs' sessions share its connections and cache even one after another. */
 static struct source *mem_nbd;
+static size_t mem_around;	/* its chunk: a fault installs all of it */
 static uint64_t mem_size;
 static uint8_t mem_id[32];	/* its identity (the source's id) */
 static atomic_bool recording;	/* a VM's session records already */
@@ -434,7 +438,8 @@ static int vm_session(struct fc_conn *c, const struct srange *r,
 		      struct session **sp, struct space **spacep)
 {
 	struct session_opts o = { .push = fo.prefetch,
-				  .push_after_first = fo.prefetch };
+				  .push_after_first = fo.prefetch,
+				  .around = mem_around };
 	bool rec;
 	size_t ps = c->hs.r[0].page_size;
 	struct fc_vm *vm = calloc(1, sizeof(*vm));
@@ -703,6 +708,7 @@ static int open_mem_export(void)
 	}
 	mem_size = mem_nbd->size;
 	memcpy(mem_id, mem_nbd->id, sizeof(mem_id));
+	mem_around = nbd_chunk(mem_nbd);
 	return 0;
 }
 

@@ -309,7 +309,9 @@ static int fdp_session(int sock, const struct proto_register *m, int *fds,
 		       struct source *under, struct peer *peer, struct fdp *f,
 		       struct session **sp)
 {
-	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY) };
+	/* An image on NBD: a fault installs the chunk its fetch brought. */
+	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY),
+				  .around = under ? nbd_chunk(under) : 0 };
 	struct source *src = NULL;
 	struct srange *r = NULL;
 	struct session *s = NULL;

@@ -61,6 +61,18 @@ void front_nbd_log(void *arg, const char *line)
 	dlog(LOG_WARNING, "%s", line);
 }
 
+/* The chunk NBD source @s fetches at once (0: not one): a session's
+ * fault-around, so that a fault installs what its fetch brought. */
+size_t nbd_chunk(struct source *s)
+{
+	struct src_nbd_stats st;
+
+	if (!src_nbd_is(s))
+		return 0;
+	src_nbd_stats(s, &st);
+	return st.chunk;
+}
+
 /* @allow_local_files: the URI may name TLS files of this host (it was
  * written by root or the administrator). */
 struct src_nbd_opts front_nbd_opts(bool allow_local_files)

@@ -237,8 +237,10 @@ int proto_answer_hello(int sock, const void *msg, size_t len);
 void fdp_status(int sock, uid_t uid);
 
 /* front.c: the NBD sources' options (--nbd-deadline; their lines to the
- * daemon's log), and where their lines go. */
+ * daemon's log), where their lines go, and the chunk a source fetches at
+ * once (0: not an NBD source). */
 struct src_nbd_opts front_nbd_opts(bool allow_local_files);
+size_t nbd_chunk(struct source *s);
 void front_nbd_log(void *arg, const char *line);
 
 /* fc.c - Firecracker */
