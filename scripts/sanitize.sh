@@ -26,7 +26,9 @@
 # one goes to a file under BUILD/sanitizer-logs (log_path), which covers the
 # test's own children, the faultd daemon and Criterion's workers, whose
 # exit status after a passed test Criterion does not look at (a leak found
-# at exit would go unnoticed). The files are printed at the end.
+# at exit would go unnoticed). The directory is writable by all (sticky):
+# the processes the tests run as other users report there too. The files
+# are printed at the end.
 #
 # FAULTD_STRESS_SECONDS (default 1 here), FAULTD_LOAD_SECONDS (default 2)
 # and FAULTD_LOAD_REGIONS (default 1000) shorten the suites that run for a
@@ -116,7 +118,7 @@ run_asan() {
 		"-Dc_args=-fno-sanitize-recover=undefined -fno-omit-frame-pointer -fsanitize-ignorelist=$root/tests/ubsan.ignorelist" \
 		-Dc_link_args=-fno-sanitize-recover=undefined || return 1
 	ninja -C "$dir" || return 1
-	rm -rf "$logs" && mkdir -p "$logs"
+	rm -rf "$logs" && mkdir -p "$logs" && chmod 1777 "$logs"
 	# handle_sigbus=0 is added by tests/meson.build: tests that expect
 	# death by SIGBUS check for it.
 	ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
@@ -142,7 +144,7 @@ run_tsan() {
 		suite:nbd) || return 1
 	# shellcheck disable=SC2086 # one target a word
 	ninja -C "$dir" $targets || return 1
-	rm -rf "$logs" && mkdir -p "$logs"
+	rm -rf "$logs" && mkdir -p "$logs" && chmod 1777 "$logs"
 	# handle_sigbus=0: as for ASan. die_after_fork=0: tests fork from
 	# processes that have handler threads, and the children start
 	# threads (glibc allows it; TSan refuses by default).

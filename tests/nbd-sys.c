@@ -522,6 +522,7 @@ static pid_t poisoned_client(struct client *c, size_t at, size_t again)
 		step_wait(b[0], STEP_GO);
 		if (again && !image_right(base, again, 64 * 1024))
 			_exit(14);
+		faultd_ctx_destroy(ctx);
 		_exit(0);
 	}
 	close(a[1]);
@@ -772,7 +773,7 @@ static int restore_as_user(const char *u, char *log, size_t len)
 		struct faultd_restore_opts o = { .size = sizeof(o),
 						 .flags = FAULTD_RESTORE_DAEMON,
 						 .socket = sock };
-		struct faultd_ctx *ctx;
+		struct faultd_ctx *ctx = NULL;
 		struct faultd_region *r;
 		int res;
 
@@ -791,6 +792,7 @@ static int restore_as_user(const char *u, char *log, size_t len)
 		if (!res && !image_right(faultd_region_base(r), 0, 4 * MIB))
 			res = 1;
 		dprintf(p[1], "%d %s", res, lc.n ? lc.line[0] : "");
+		faultd_ctx_destroy(ctx);
 		_exit(0);
 	}
 	close(p[1]);
