@@ -29,9 +29,10 @@
  * round trip and its bytes again); --nbd-deadline sets how
  * long a server that went away is waited for before its pages are
  * poisoned. The command line is the administrator's: any server it names
- * is allowed. --mem-file takes a path only. With --prefetch the session pushes the rest of the
- * memory after the first fault, at low priority. The session ends when
- * Firecracker goes: the socket's end of file, or its process's exit.
+ * is allowed. --mem-file takes a path only. With --prefetch the session
+ * pushes the rest of the memory after the first fault, at low priority.
+ * The session ends when Firecracker goes: the socket's end of file, or its
+ * process's exit.
  *
  * Working sets (faultd-working-set(5); the engine records and replays):
  * --record-working-set records the first VM served - its space 0, the

@@ -12,12 +12,14 @@
  * servers of the administrator's allow list (nbd_allow.h, --nbd-allow) -
  * answers its header (IMAGE), and the REGISTER that follows serves it
  * (PROTO_REG_OPEN). Such a session is kept for a restarted daemon until
- * its client exits: the client cannot serve the image itself. The session pushes every
- * block unless the client asked for LAZY, sends PROGRESS every 100 ms and
- * DONE when every page is in, answers STATS and takes PREFETCH hints, and
- * ends when the client closes the connection (it serves its region itself
- * from then on) or exits. The client keeps its own userfaultfd in every
- * case, so the end of a session never leaves a fault to the kernel.
+ * its client exits: the client cannot serve the image itself.
+ *
+ * The session pushes every block unless the client asked for LAZY, sends
+ * PROGRESS every 100 ms and DONE when every page is in, answers STATS and
+ * takes PREFETCH hints, and ends when the client closes the connection (it
+ * serves its region itself from then on) or exits. The client keeps its
+ * own userfaultfd in every case, so the end of a session never leaves a
+ * fault to the kernel.
  */
 #include <errno.h>
 #include <fcntl.h>
