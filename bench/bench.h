@@ -150,6 +150,7 @@ extern const struct scenario scenario_mac;
 extern const struct scenario scenario_criu;
 extern const struct scenario scenario_workingset;
 extern const struct scenario scenario_firecracker;
+extern const struct scenario scenario_remote;
 
 /* ------------------------------------------------------------------------
  * Helpers (bench-util.c)

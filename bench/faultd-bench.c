@@ -44,6 +44,7 @@ static const struct scenario *const scenarios[] = {
 	&scenario_criu,
 	&scenario_workingset,
 	&scenario_firecracker,
+	&scenario_remote,
 };
 
 

@@ -54,11 +54,11 @@
 #include "bench.h"
 #include "compat.h"
 #include "fc-example.h"
+#include "fc-guest.h"
 
 enum { V_EXAMPLE, V_FC, V_FC_PREFETCH };
 enum { M_FIRST, M_ALL_IN, M_GBPS, M_P99 };
 
-#define ALIGN_2M (2ul << 20)
 #define READY_MS 60000
 #define MAX_GUEST_THREADS 64
 
@@ -200,69 +200,18 @@ static pid_t example_start(void)
 	return pid;
 }
 
-static bool faultd_exe(char *exe, size_t len)
-{
-	const char *env = getenv("FAULTD_DAEMON");
-	ssize_t n = readlink("/proc/self/exe", exe, len - 32);
-
-	if (env) {
-		snprintf(exe, len, "%s", env);
-	} else if (n > 0) {
-		exe[n] = 0;
-		strcat(dirname(exe), "/../daemon/faultd");
-	}
-	return (env || n > 0) && !access(exe, X_OK);
-}
-
 /* faultd firecracker on the socket, ready once it said READY=1. */
 static pid_t faultd_start(bool prefetch)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char exe[PATH_MAX], buf[64];
-	int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	pid_t pid = -1;
+	const char *args[] = { "--mem-file", fb.mem,
+			       prefetch ? "--prefetch" : NULL, NULL };
+	const char *why;
+	pid_t pid = fc_faultd_start(fb.sock, fb.notify, args, NULL, NULL,
+				    &why);
 
-	if (!faultd_exe(exe, sizeof(exe))) {
-		fb.skipped = "no faultd next to faultd-bench (set "
-			     "FAULTD_DAEMON)";
-		return -1;
-	}
-	strcpy(a.sun_path, fb.notify);
-	unlink(fb.notify);
-	if (nfd >= 0 && !bind(nfd, (struct sockaddr *)&a, sizeof(a)))
-		pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(null, 1);
-		setenv("NOTIFY_SOCKET", fb.notify, 1);
-		execl(exe, exe, "firecracker", "--socket", fb.sock,
-		      "--mem-file", fb.mem, prefetch ? "--prefetch" : NULL,
-		      (char *)NULL);
-		_exit(127);
-	}
-	while (pid > 0) {
-		if (wait_readable(nfd, buf, sizeof(buf))) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			pid = -1;
-		} else if (strstr(buf, "READY=1")) {
-			break;
-		}
-	}
-	if (nfd >= 0)
-		close(nfd);
+	if (pid < 0 && strstr(why, "no faultd"))
+		fb.skipped = why;
 	return pid;
-}
-
-static int handler_wait(pid_t pid)
-{
-	int status;
-
-	if (waitpid(pid, &status, 0) != pid)
-		return -errno;
-	return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : -EIO;
 }
 
 /* ------------------------------------------------------------------------
@@ -270,10 +219,7 @@ static int handler_wait(pid_t pid)
  */
 
 struct guest {
-	uint8_t *base;
-	uint64_t size, pages;
-	int uffd, sock;
-	uint64_t sent_ns;
+	struct fc_guest fc;
 	atomic_uint_fast64_t next, first_done, last_done;
 };
 
@@ -281,71 +227,6 @@ struct toucher {
 	struct guest *g;
 	struct lat_hist lat;
 };
-
-static int guest_uffd(void)
-{
-	struct uffdio_api api = { .api = UFFD_API,
-				  .features = UFFD_FEATURE_EVENT_REMOVE };
-	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-
-	if (fd >= 0 && ioctl(fd, UFFDIO_API, &api)) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/* Memory, its userfaultfd, the handshake: Firecracker's snapshot load. */
-static int guest_restore(struct guest *g, uint64_t size)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char json[256], ctl[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { json, 0 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = ctl, .msg_controllen = sizeof(ctl) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
-	uint8_t *p = mmap(NULL, size + ALIGN_2M, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-	*g = (struct guest){ .size = size, .pages = size / 4096, .uffd = -1,
-			     .sock = -1, .first_done = UINT64_MAX };
-	if (p == MAP_FAILED)
-		return -ENOMEM;
-	g->base = (uint8_t *)(((uintptr_t)p + ALIGN_2M - 1) & ~(ALIGN_2M - 1));
-	if (g->base > p)
-		munmap(p, (size_t)(g->base - p));
-	munmap(g->base + size, (size_t)(p + size + ALIGN_2M - g->base - size));
-	g->uffd = guest_uffd();
-	reg.range = (struct uffdio_range){ (uintptr_t)g->base, size };
-	if (g->uffd < 0 || ioctl(g->uffd, UFFDIO_REGISTER, &reg))
-		return -errno;
-	iov.iov_len = (size_t)snprintf(json, sizeof(json),
-		"[{\"base_host_virt_addr\":%" PRIuPTR ",\"size\":%" PRIu64
-		",\"offset\":0,\"page_size\":4096,\"page_size_kib\":4096}]",
-		(uintptr_t)g->base, size);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &g->uffd, sizeof(int));
-	strcpy(a.sun_path, fb.sock);
-	g->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (g->sock < 0 || connect(g->sock, (struct sockaddr *)&a, sizeof(a)) ||
-	    sendmsg(g->sock, &m, MSG_NOSIGNAL) != (ssize_t)iov.iov_len)
-		return -errno;
-	g->sent_ns = now_ns();
-	return 0;
-}
-
-static void guest_end(struct guest *g)
-{
-	if (g->sock >= 0)
-		close(g->sock);
-	if (g->uffd >= 0)
-		close(g->uffd);
-	if (g->base)
-		munmap(g->base, g->size);
-}
 
 static void note_done(atomic_uint_fast64_t *v, uint64_t t, bool first)
 {
@@ -363,8 +244,8 @@ static void *toucher_main(void *arg)
 	struct guest *g = t->g;
 	uint64_t k;
 
-	while ((k = atomic_fetch_add(&g->next, 1)) < g->pages) {
-		volatile uint64_t *w = (volatile uint64_t *)(g->base +
+	while ((k = atomic_fetch_add(&g->next, 1)) < g->fc.pages) {
+		volatile uint64_t *w = (volatile uint64_t *)(g->fc.base +
 							      fb.order[k] * 4096);
 		unsigned char in = 0;
 		uint64_t t0, t1;
@@ -396,11 +277,12 @@ static int guest_run(const struct bench_opts *o, struct guest *g,
 		t[i].g = g;
 	ret = run_threads(n, toucher_main, t, sizeof(*t));
 	if (!ret) {
-		all_in = (double)(atomic_load(&g->last_done) - g->sent_ns) / 1e6;
-		out->value[M_FIRST] =
-			(double)(atomic_load(&g->first_done) - g->sent_ns) / 1e6;
+		all_in = (double)(atomic_load(&g->last_done) - g->fc.sent_ns) /
+			 1e6;
+		out->value[M_FIRST] = (double)(atomic_load(&g->first_done) -
+					       g->fc.sent_ns) / 1e6;
 		out->value[M_ALL_IN] = all_in;
-		out->value[M_GBPS] = (double)g->size / (all_in * 1e6);
+		out->value[M_GBPS] = (double)g->fc.size / (all_in * 1e6);
 		lat_percentiles(&t[0].lat, n, sizeof(*t), &p50, &p99);
 		out->value[M_P99] = p99;
 	}
@@ -412,7 +294,8 @@ static int fc_run(const struct bench_opts *o, unsigned int v,
 		  struct sample *out)
 {
 	uint64_t size = (uint64_t)o->size_mib << 20;
-	struct guest g = { .uffd = -1, .sock = -1 };
+	struct guest g = { .fc = { .uffd = -1, .sock = -1 },
+			   .first_done = UINT64_MAX };
 	pid_t h;
 	int ret = mem_file_get(size);
 
@@ -426,13 +309,13 @@ static int fc_run(const struct bench_opts *o, unsigned int v,
 		}
 		return -EIO;
 	}
-	ret = guest_restore(&g, size);
+	ret = fc_guest_restore(&g.fc, fb.sock, size);
 	if (!ret)
 		ret = guest_run(o, &g, out);
-	guest_end(&g); /* the handler sees its peer go and exits */
+	fc_guest_end(&g.fc); /* the handler sees its peer go and exits */
 	if (ret)
 		kill(h, SIGKILL);
-	if (handler_wait(h) && !ret)
+	if (fc_handler_wait(h) && !ret)
 		ret = -EIO;
 	return ret;
 }

@@ -27,7 +27,9 @@
  * changed on disk after the open is caught there, and the blocks that
  * needed it are errors. Each read of a data block checks it: a block that
  * does not match is an error (its pages are poisoned by the fault path),
- * never data. Reads go through io_uring (ring_rw(), ring.c).
+ * never data. Reads go through io_uring (ring_rw(), ring.c); an image
+ * that is no local file (a daemon's NBD export of one) is read through
+ * its reader (struct img_reader) instead, with the same checks.
  *
  * Locks: img->lock (a mutex) protects the cache; it is a leaf, held to
  * find a chunk in the cache or put one in, never across a read or a check.
@@ -78,6 +80,26 @@ static int read_full(int fd, void *buf, size_t len, uint64_t off)
 {
 	ssize_t n = ring_rw(fd, false, off, buf, len);
 
+	if (n < 0)
+		return (int)n;
+	return (size_t)n == len ? 0 : -EBADMSG;
+}
+
+/*
+ * Read exactly @len bytes of @img's file at @off, through its reader
+ * (@flags: IMG_READ_URGENT) or its descriptor; -EBADMSG if the file is
+ * shorter.
+ */
+static int img_pread(struct image *img, void *buf, size_t len, uint64_t off,
+		     unsigned int flags)
+{
+	ssize_t n;
+
+	if (img->fd >= 0)
+		return read_full(img->fd, buf, len, off);
+	if (off > img->rd.len || len > img->rd.len - off)
+		return -EBADMSG;
+	n = img->rd.read(img->rd.arg, off, buf, len, flags);
 	if (n < 0)
 		return (int)n;
 	return (size_t)n == len ? 0 : -EBADMSG;
@@ -160,8 +182,15 @@ static int header_alg_check(const struct img_header *h, const char **why)
 		       : -EBADMSG;
 }
 
-static int header_check(const struct img_header *h, uint64_t file_len,
-			const char **why)
+/*
+ * image_header_check() - is @h the header of an image of @file_len bytes
+ * that this build reads? 0, or -EINVAL (not an image), -EPROTONOSUPPORT
+ * (another version, a newer flag or MAC), -EBADMSG (its checksum, its
+ * fixed fields or its sizes are wrong, or the file is too short), with
+ * *why. Its MAC is not checked: that needs the key (image_open()).
+ */
+int image_header_check(const struct img_header *h, uint64_t file_len,
+		       const char **why)
 {
 	int ret;
 
@@ -285,9 +314,10 @@ static uint64_t chunk_off(const struct image *img, uint64_t tag)
 }
 
 /* Read chunk @tag into @buf and check it. */
-static int chunk_read(struct image *img, uint64_t tag, char *buf)
+static int chunk_read(struct image *img, uint64_t tag, char *buf,
+		      unsigned int flags)
 {
-	int ret = read_full(img->fd, buf, IMG_CHUNK, chunk_off(img, tag));
+	int ret = img_pread(img, buf, IMG_CHUNK, chunk_off(img, tag), flags);
 
 	if (!ret)
 		ret = chunk_verify(img, tag, buf);
@@ -342,13 +372,13 @@ static struct img_slot *slot_fill_locked(struct image *img, uint64_t tag,
 }
 
 /*
- * chunk_get_locked() - the slot holding chunk @tag, read and checked if it
- * is not in the cache. Returns 0 with img->lock held and *sp set, or
- * -EBADMSG (it does not match its check), -ENOMEM or a read error,
- * without the lock.
+ * chunk_get_locked() - the slot holding chunk @tag, read (with @flags)
+ * and checked if it is not in the cache. Returns 0 with img->lock held
+ * and *sp set, or -EBADMSG (it does not match its check), -ENOMEM or a
+ * read error, without the lock.
  */
 static int chunk_get_locked(struct image *img, uint64_t tag,
-			    struct img_slot **sp)
+			    unsigned int flags, struct img_slot **sp)
 {
 	char buf[IMG_CHUNK] __attribute__((aligned(64)));
 	int ret;
@@ -358,7 +388,7 @@ static int chunk_get_locked(struct image *img, uint64_t tag,
 	if (*sp)
 		return 0;
 	pthread_mutex_unlock(&img->lock);
-	ret = chunk_read(img, tag, buf);
+	ret = chunk_read(img, tag, buf, flags);
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&img->lock);
@@ -410,8 +440,8 @@ static int table_scan(struct image *img, uint64_t tag, uint64_t chunks,
 
 	for (uint64_t c = 0; c < chunks; c += SCAN_CHUNKS) {
 		uint64_t n = chunks - c < SCAN_CHUNKS ? chunks - c : SCAN_CHUNKS;
-		int ret = read_full(img->fd, buf, n * IMG_CHUNK,
-				    chunk_off(img, tag | c));
+		int ret = img_pread(img, buf, n * IMG_CHUNK,
+				    chunk_off(img, tag | c), 0);
 
 		for (uint64_t i = 0; !ret && i < n; i++) {
 			const char *p = buf + i * IMG_CHUNK;
@@ -546,7 +576,7 @@ static int header_read(int fd, struct img_header *h, const char **why)
 	ret = len < sizeof(*h) ? -EINVAL : read_full(fd, h, sizeof(*h), 0);
 	if (ret)
 		return ret == -EBADMSG ? -EINVAL : ret;
-	return header_check(h, len, why);
+	return image_header_check(h, len, why);
 }
 
 static struct image *image_new(int fd, const struct img_header *h)
@@ -561,10 +591,9 @@ static struct image *image_new(int fd, const struct img_header *h)
 	return img;
 }
 
-/* The checker, the header's MAC, the tables: what a checked header
- * allows to be allocated and read. */
-static int image_load(struct image *img, const struct img_key *key,
-		      const char **why)
+/* The checker and the header's MAC: what a checked header allows. */
+static int image_checker(struct image *img, const struct img_key *key,
+			 const char **why)
 {
 	int ret = img_checker_new(&img->h, key, &img->chk);
 
@@ -580,7 +609,16 @@ static int image_load(struct image *img, const struct img_key *key,
 	img->ext_chunks = div_up(img->h.nr_extents, IMG_EXT_PER_CHUNK);
 	img->check_chunks = div_up(img->h.nr_blocks,
 				   checks_per_chunk(img->check_size));
-	ret = header_mac_check(img, why);
+	return header_mac_check(img, why);
+}
+
+/* The checker, the header's MAC, the tables: what a checked header
+ * allows to be allocated and read. */
+static int image_load(struct image *img, const struct img_key *key,
+		      const char **why)
+{
+	int ret = image_checker(img, key, why);
+
 	return ret ? ret : tables_scan(img, why);
 }
 
@@ -621,6 +659,88 @@ static int image_open_chain(int fd, const char *path,
 	} else if (!ret && (img->h.flags & IMG_INCREMENTAL)) {
 		ret = parent_open(img, path, key, depth, why);
 	}
+	if (ret) {
+		image_close(img);
+		return ret;
+	}
+	*imgp = img;
+	return 0;
+}
+
+/*
+ * image_open_reader() - check and open the full image whose file @rd
+ * reads (a copy of @rd is kept; what it points at must outlive the
+ * image), with @key as image_open(). Returns as image_open(), and
+ * -EINVAL for an incremental image (its parent is a file next to it:
+ * there is no such place here).
+ */
+int image_open_reader(const struct img_reader *rd, const struct img_key *key,
+		      struct image **imgp, const char **why)
+{
+	struct img_header h;
+	struct image *img;
+	ssize_t n;
+	int ret;
+
+	*why = "the image is shorter than a header";
+	if (rd->len < sizeof(h))
+		return -EINVAL;
+	n = rd->read(rd->arg, 0, &h, sizeof(h), 0);
+	*why = "the image's header cannot be read";
+	if (n < 0)
+		return (int)n;
+	ret = image_header_check(&h, rd->len, why);
+	if (ret)
+		return ret;
+	*why = "an incremental image: its parent is found next to its file, "
+	       "which it has not";
+	if (h.flags & IMG_INCREMENTAL)
+		return -EINVAL;
+	img = image_new(-1, &h);
+	if (!img)
+		return -ENOMEM;
+	img->rd = *rd;
+	ret = image_load(img, key, why);
+	if (ret) {
+		image_close(img);
+		return ret;
+	}
+	*imgp = img;
+	return 0;
+}
+
+static ssize_t header_only_read(void *arg, uint64_t off, void *buf,
+				size_t len, unsigned int flags)
+{
+	return -EIO;
+}
+
+/*
+ * image_open_header() - an image of which only header @h is known (a
+ * file of @file_len bytes only a daemon reads): checked as
+ * image_header_check() and, with @key, its MAC - so that its key is known
+ * right, and image_key_of() gives the image's own key. Its tables and
+ * blocks cannot be read: image_read() fails with -EIO. Returns as
+ * image_open(), and -EOPNOTSUPP for an incremental image.
+ */
+int image_open_header(const struct img_header *h, uint64_t file_len,
+		      const struct img_key *key, struct image **imgp,
+		      const char **why)
+{
+	struct image *img;
+	int ret = image_header_check(h, file_len, why);
+
+	if (ret)
+		return ret;
+	*why = "an incremental image: the daemon serves full images only";
+	if (h->flags & IMG_INCREMENTAL)
+		return -EOPNOTSUPP;
+	img = image_new(-1, h);
+	if (!img)
+		return -ENOMEM;
+	img->rd = (struct img_reader){ .read = header_only_read,
+				       .len = file_len };
+	ret = image_checker(img, key, why);
 	if (ret) {
 		image_close(img);
 		return ret;
@@ -705,7 +825,7 @@ static int chunk_where(struct image *img, uint64_t c, uint64_t off,
 		       struct ext_pos *p)
 {
 	struct img_slot *s;
-	int ret = chunk_get_locked(img, TAG_EXT | c, &s);
+	int ret = chunk_get_locked(img, TAG_EXT | c, 0, &s);
 
 	if (ret)
 		return ret;
@@ -778,7 +898,7 @@ int image_extent(struct image *img, uint64_t i, struct img_extent *e)
 
 	if (i >= img->h.nr_extents)
 		return -ERANGE;
-	ret = chunk_get_locked(img, TAG_EXT | (i / IMG_EXT_PER_CHUNK), &s);
+	ret = chunk_get_locked(img, TAG_EXT | (i / IMG_EXT_PER_CHUNK), 0, &s);
 	if (ret)
 		return ret;
 	*e = ((const struct img_extent *)s->buf)[i % IMG_EXT_PER_CHUNK];
@@ -787,11 +907,12 @@ int image_extent(struct image *img, uint64_t i, struct img_extent *e)
 }
 
 /* The check of data block @b, into @out. */
-static int check_get(struct image *img, uint64_t b, uint8_t *out)
+static int check_get(struct image *img, uint64_t b, unsigned int flags,
+		     uint8_t *out)
 {
 	uint64_t per = checks_per_chunk(img->check_size);
 	struct img_slot *s;
-	int ret = chunk_get_locked(img, TAG_CHECKS | (b / per), &s);
+	int ret = chunk_get_locked(img, TAG_CHECKS | (b / per), flags, &s);
 
 	if (ret)
 		return ret;
@@ -832,15 +953,16 @@ int image_extent_at(struct image *img, uint64_t off, uint64_t *start,
 }
 
 /* Read data blocks [first, first + n) into @buf and check each. */
-static int blocks_read(struct image *img, uint64_t first, size_t n, void *buf)
+static int blocks_read(struct image *img, uint64_t first, size_t n, void *buf,
+		       unsigned int flags)
 {
-	int ret = read_full(img->fd, buf, n * IMG_BLOCK,
-			    img->h.data_off + first * IMG_BLOCK);
+	int ret = img_pread(img, buf, n * IMG_BLOCK,
+			    img->h.data_off + first * IMG_BLOCK, flags);
 
 	for (size_t i = 0; !ret && i < n; i++) {
 		uint8_t want[IMG_CHECK_MAX];
 
-		ret = check_get(img, first + i, want);
+		ret = check_get(img, first + i, flags, want);
 		if (!ret)
 			ret = img_check_verify(img->chk, IMG_L_DATA, first + i,
 					       (char *)buf + i * IMG_BLOCK,
@@ -851,14 +973,14 @@ static int blocks_read(struct image *img, uint64_t first, size_t n, void *buf)
 
 /* Part [off, off + len) of one data block, through a bounce buffer. */
 static int block_part(struct image *img, uint64_t block, uint64_t off,
-		      void *buf, size_t len)
+		      void *buf, size_t len, unsigned int flags)
 {
 	char *tmp = aligned_alloc(4096, IMG_BLOCK);
 	int ret;
 
 	if (!tmp)
 		return -ENOMEM;
-	ret = blocks_read(img, block, 1, tmp);
+	ret = blocks_read(img, block, 1, tmp, flags);
 	if (!ret)
 		memcpy(buf, tmp + off % IMG_BLOCK, len);
 	free(tmp);
@@ -871,14 +993,15 @@ static int block_part(struct image *img, uint64_t block, uint64_t off,
  * the parent.
  */
 static int image_read_run(struct image *img, uint64_t off, void *buf,
-			  size_t len, const struct ext_pos *p)
+			  size_t len, const struct ext_pos *p, unsigned int flags)
 {
 	const struct img_extent *e = &p->e;
 	uint64_t block;
 
 	if (!p->found) {
 		if (img->parent && off < img->parent->h.region_len) {
-			ssize_t n = image_read(img->parent, off, buf, len);
+			ssize_t n = image_read_flags(img->parent, off, buf,
+						     len, flags);
 
 			return n < 0 ? (int)n : 0;
 		}
@@ -891,8 +1014,8 @@ static int image_read_run(struct image *img, uint64_t off, void *buf,
 	}
 	block = e->data_block + (off - e->offset) / IMG_BLOCK;
 	if (off % IMG_BLOCK || len < IMG_BLOCK)
-		return block_part(img, block, off, buf, len);
-	return blocks_read(img, block, len / IMG_BLOCK, buf);
+		return block_part(img, block, off, buf, len, flags);
+	return blocks_read(img, block, len / IMG_BLOCK, buf, flags);
 }
 
 /*
@@ -913,11 +1036,21 @@ static size_t run_len(uint64_t off, size_t len, const struct ext_pos *p)
 	return end - off < len ? end - off : len;
 }
 
+/* [off, off + len) of the file will be read soon. */
+static void file_willneed(struct image *img, uint64_t off, uint64_t len)
+{
+	if (img->fd >= 0)
+		posix_fadvise(img->fd, (off_t)off, (off_t)len,
+			      POSIX_FADV_WILLNEED);
+	else if (img->rd.willneed)
+		img->rd.willneed(img->rd.arg, off, len);
+}
+
 /*
  * image_willneed() - the data blocks of [off, off + len) will be read
  * soon: the kernel starts reading them from the file now
- * (POSIX_FADV_WILLNEED), in large requests. A hint: errors are ignored,
- * and a parent image is not advised.
+ * (POSIX_FADV_WILLNEED), in large requests - or the reader, its own way.
+ * A hint: errors are ignored, and a parent image is not advised.
  * Context: any thread; several at once.
  */
 void image_willneed(struct image *img, uint64_t off, uint64_t len)
@@ -938,23 +1071,23 @@ void image_willneed(struct image *img, uint64_t off, uint64_t len)
 		e = p.e.offset + p.e.blocks * IMG_BLOCK;
 		if (p.e.kind == IMG_DATA) {
 			first = p.e.data_block + (off - p.e.offset) / IMG_BLOCK;
-			posix_fadvise(img->fd,
-				      (off_t)(img->h.data_off + first * IMG_BLOCK),
-				      (off_t)((e < end ? e : end) - off),
-				      POSIX_FADV_WILLNEED);
+			file_willneed(img, img->h.data_off + first * IMG_BLOCK,
+				      (e < end ? e : end) - off);
 		}
 		off = e;
 	}
 }
 
 /*
- * image_read() - the region's content of [off, off + len) (page-aligned)
- * into @buf. Returns len, or -EBADMSG (a block or a table chunk does not
- * match its check, or the file was cut short), or another read error.
- * Past the image's length it reads zeros.
+ * image_read_flags() - the region's content of [off, off + len)
+ * (page-aligned) into @buf; @flags: IMG_READ_URGENT when a fault waits
+ * for it (a reader puts it first). Returns len, or -EBADMSG (a block or a
+ * table chunk does not match its check, or the file was cut short), or
+ * another read error. Past the image's length it reads zeros.
  * Context: any thread; several at once.
  */
-ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len)
+ssize_t image_read_flags(struct image *img, uint64_t off, void *buf,
+			 size_t len, unsigned int flags)
 {
 	for (size_t done = 0; done < len;) {
 		uint64_t at = off + done;
@@ -964,11 +1097,17 @@ ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len)
 
 		if (!ret) {
 			l = run_len(at, len - done, &p);
-			ret = image_read_run(img, at, (char *)buf + done, l, &p);
+			ret = image_read_run(img, at, (char *)buf + done, l, &p,
+					     flags);
 		}
 		if (ret < 0)
 			return ret;
 		done += l;
 	}
 	return (ssize_t)len;
+}
+
+ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len)
+{
+	return image_read_flags(img, off, buf, len, 0);
 }

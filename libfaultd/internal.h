@@ -830,8 +830,27 @@ struct img_slot {		/* a table chunk in the cache */
 
 #define IMG_CACHE_SLOTS 32	/* 128 KiB of table chunks per image */
 
+/*
+ * Where the bytes of an image that is no local file come from: a
+ * daemon's source (an NBD export of the image file). read() copies any
+ * [off, off + len) of the file, inside @len, and returns @len or -errno
+ * (-EIO: not to be had; the image's reads are all inside the length its
+ * open checked); IMG_READ_URGENT when a fault waits for it. willneed()
+ * is a hint (NULL: none). Called from any thread, several at once.
+ */
+struct img_reader {
+	ssize_t (*read)(void *arg, uint64_t off, void *buf, size_t len,
+			unsigned int flags);
+	void (*willneed)(void *arg, uint64_t off, uint64_t len);
+	void *arg;
+	uint64_t len;		/* of the image file */
+};
+
+#define IMG_READ_URGENT (1u << 0)
+
 struct image {
-	int fd;
+	int fd;			/* -1: read through rd */
+	struct img_reader rd;
 	struct img_header h;
 	struct img_checker *chk;	/* computes and compares the checks */
 	uint64_t ext_chunks, check_chunks;
@@ -855,9 +874,18 @@ struct img_key {
 
 int image_open(int fd, const char *path, const struct img_key *key,
 	       struct image **imgp, const char **why);
+int image_open_reader(const struct img_reader *rd, const struct img_key *key,
+		      struct image **imgp, const char **why);
+int image_header_check(const struct img_header *h, uint64_t file_len,
+		       const char **why);
+int image_open_header(const struct img_header *h, uint64_t file_len,
+		      const struct img_key *key, struct image **imgp,
+		      const char **why);
 int image_file_open(const char *path);
 void image_close(struct image *img);
 ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len);
+ssize_t image_read_flags(struct image *img, uint64_t off, void *buf,
+			 size_t len, unsigned int flags);
 void image_willneed(struct image *img, uint64_t off, uint64_t len);
 int image_extent(struct image *img, uint64_t i, struct img_extent *e);
 int image_extent_at(struct image *img, uint64_t off, uint64_t *start,

@@ -155,6 +155,10 @@ static size_t expected_len(const void *buf, size_t n)
 		return sizeof(*st) + st->nr_sessions * sizeof(st->s[0]);
 	case MSG_LAZY_PAGES:
 		return sizeof(struct proto_lazy_pages);
+	case MSG_OPEN:
+		return sizeof(struct proto_open);
+	case MSG_IMAGE:
+		return sizeof(struct proto_image);
 	default:
 		return 0;
 	}

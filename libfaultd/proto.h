@@ -7,9 +7,12 @@
  *   client                                   daemon
  *   HELLO {versions, features}          ->
  *                                       <-   HELLO {version, features}
+ *   [OPEN {uri}                         ->   the daemon opens the image on
+ *                                       <-   IMAGE {header} | ERROR  NBD]
  *   REGISTER {ranges[, key]}            ->   (SCM_RIGHTS: uffd, image, then
  *            + [uffd, image[, record]         a record file with RECORD and
- *               [, working set]]              a working set with WSET)
+ *               [, working set]]              a working set with WSET; no
+ *                                             image after an OPEN)
  *                                       <-   ACK {session, pages} | ERROR
  *   PREFETCH {range}, STATS             ->
  *                                       <-   PROGRESS ..., DONE
@@ -42,8 +45,11 @@
 #define PROTO_F_MAC (1ull << 2) /* REGISTER may carry an image key */
 /* REGISTER may carry working-set files (PROTO_REG_RECORD, _WSET) */
 #define PROTO_F_WSET (1ull << 3)
+/* OPEN: the daemon reads an image from an NBD export (PROTO_REG_OPEN) */
+#define PROTO_F_NBD (1ull << 4)
 #define PROTO_FEATURES                                                         \
-	(PROTO_F_PREFETCH | PROTO_F_PROGRESS | PROTO_F_MAC | PROTO_F_WSET)
+	(PROTO_F_PREFETCH | PROTO_F_PROGRESS | PROTO_F_MAC | PROTO_F_WSET |    \
+	 PROTO_F_NBD)
 
 enum proto_type {
 	MSG_HELLO = 1,	/* both ways: struct proto_hello */
@@ -56,6 +62,8 @@ enum proto_type {
 	MSG_DONE,	/* daemon: struct proto_progress; every page is in */
 	MSG_STATUS,	/* faultctl: header only; daemon: struct proto_status */
 	MSG_LAZY_PAGES,	/* faultctl: struct proto_lazy_pages; daemon ACK */
+	MSG_OPEN,	/* client: struct proto_open; daemon IMAGE or ERROR */
+	MSG_IMAGE,	/* daemon: struct proto_image */
 	MSG_TYPE_MAX,
 };
 
@@ -102,15 +110,20 @@ struct proto_register {
  * reading, replayed before the push. */
 #define PROTO_REG_RECORD (1u << 2)
 #define PROTO_REG_WSET (1u << 3)
+/* The image is the one this connection's OPEN opened (PROTO_F_NBD): no
+ * image descriptor follows the uffd. */
+#define PROTO_REG_OPEN (1u << 4)
 #define PROTO_REG_FLAGS                                                        \
-	(PROTO_REG_LAZY | PROTO_REG_MAC | PROTO_REG_RECORD | PROTO_REG_WSET)
+	(PROTO_REG_LAZY | PROTO_REG_MAC | PROTO_REG_RECORD | PROTO_REG_WSET |  \
+	 PROTO_REG_OPEN)
 #define PROTO_KEY_LEN 32
 #define PROTO_REG_MAX_FDS 4
 
 /* The descriptors a REGISTER with @flags carries. */
 static inline unsigned int proto_register_nfds(uint32_t flags)
 {
-	return 2 + !!(flags & PROTO_REG_RECORD) + !!(flags & PROTO_REG_WSET);
+	return 1 + !(flags & PROTO_REG_OPEN) + !!(flags & PROTO_REG_RECORD) +
+	       !!(flags & PROTO_REG_WSET);
 }
 
 /* Where the key of a REGISTER with PROTO_REG_MAC is: after its ranges. */
@@ -188,6 +201,36 @@ struct proto_lazy_pages {
 	char verify[PROTO_PATH_MAX]; /* the --sum sidecar; "": none */
 	char wset[PROTO_PATH_MAX];   /* a working set to replay; "": none */
 	char record[PROTO_PATH_MAX]; /* where to record one; "": none */
+};
+
+/*
+ * OPEN: the daemon opens the faultd image whose file is the NBD export
+ * @uri names (nbd://, nbds://, nbd+unix://, nbd+vsock://; faultd(8),
+ * "Restoring from network storage") - allowed for root, the daemon's own
+ * user, and the users and servers its allow list names - reads and checks
+ * its header, and answers IMAGE; the connection's REGISTER then names
+ * that image (PROTO_REG_OPEN). The header is what the client needs
+ * before it has a region: its length, and for an authenticated image its
+ * id and MAC, to derive the image's key. An OPEN refused, or an image
+ * that cannot be read, gets ERROR with the reason, and the connection is
+ * closed.
+ */
+#define PROTO_URI_MAX 1024
+#define PROTO_IMG_HEADER_MAX 512
+struct proto_open {
+	struct proto_hdr h;
+	uint32_t flags;		/* none yet: 0 */
+	uint32_t reserved;	/* 0 */
+	char uri[PROTO_URI_MAX]; /* NUL-terminated */
+};
+
+struct proto_image {
+	struct proto_hdr h;
+	uint64_t file_len;	/* bytes of the image file (the export's) */
+	uint32_t header_len;	/* bytes of header[] that are the image's
+				   header (faultd-image(5)); the rest 0 */
+	uint32_t reserved;
+	uint8_t header[PROTO_IMG_HEADER_MAX];
 };
 
 #define PROTO_MAX_SESSIONS                                                     \

@@ -19,6 +19,15 @@
  * region is served like a local one. The pages the daemon poisoned (a
  * block whose checksum failed) are counted in the region's poisoned
  * counter and logged, as the library's own handlers do.
+ *
+ * An image that is an NBD export (a path that is an NBD URI) is read by
+ * the daemon alone: the library connects, asks the daemon to OPEN it,
+ * checks the header it answers (and the key, if any) and makes the
+ * region of its length, then REGISTERs it without an image descriptor.
+ * Its session is kept for a restarted daemon until the process exits;
+ * should the connection end before DONE all the same, the pages not in
+ * are poisoned on access (nothing here can read them), and after DONE a
+ * page the program discarded reads zeros, as the daemon serves it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +50,10 @@ struct restore {
 	struct image *img;	/* owned by the pager (release) */
 	unsigned int flags;
 	int sock;		/* daemon mode: the connection; else -1 */
+	uint64_t features;	/* daemon mode: the daemon's (HELLO) */
+	bool remote;		/* the image is an NBD export: daemon only */
+	atomic_bool served;	/* remote: DONE came, pages missing now were
+				   discarded since (zeros) */
 	pthread_t watcher;
 	bool watching;
 	atomic_bool closing;	/* destroy: the watcher must not take over */
@@ -69,6 +82,23 @@ static ssize_t image_fill(void *arg, struct faultd_region *r, uint64_t off,
 static void image_release(void *arg)
 {
 	image_close(arg);
+}
+
+/*
+ * The pager of a region whose image only the daemon reads: before the
+ * daemon said every page is in, nothing here can produce a page (-EIO:
+ * poisoned, never zeros); after, a page missing again was discarded by
+ * the program since, and reads zeros, as the daemon serves one.
+ */
+static ssize_t remote_fill(void *arg, struct faultd_region *r, uint64_t off,
+			   void *buf, size_t len)
+{
+	struct restore *rs = __atomic_load_n(&r->rs, __ATOMIC_ACQUIRE);
+
+	if (!rs || !atomic_load(&rs->served))
+		return -EIO;
+	memset(buf, 0, len);
+	return (ssize_t)len;
 }
 
 /* The image at @path, checked (with the key in @key_file, if not NULL);
@@ -137,8 +167,15 @@ static void restore_take_over(struct faultd_region *r, bool died)
 {
 	struct restore *rs = r->rs;
 
+	/* Before the handlers: a fault they read finds it set. */
+	atomic_store(&rs->served, !died);
 	restore_start_handlers(r);
-	if (died)
+	if (died && rs->remote)
+		fd_err(r->ctx, "%s: the daemon went away before every page "
+			       "was in: the image is an NBD export only the "
+			       "daemon reads, so an access to a page not in "
+			       "gets SIGBUS", r->name);
+	else if (died)
 		fd_warn(r->ctx, "%s: the daemon went away: serving the region "
 				"in this process", r->name);
 	pthread_mutex_lock(&rs->lock); /* faultd_restore_progress() reads it */
@@ -146,7 +183,7 @@ static void restore_take_over(struct faultd_region *r, bool died)
 	pthread_mutex_unlock(&rs->lock);
 	uffd_wake(r->group->uffd, r->base, atomic_load(&r->len));
 	/* What the daemon did not push yet, the library fills now. */
-	if (died && !(rs->flags & FAULTD_RESTORE_LAZY) &&
+	if (died && !rs->remote && !(rs->flags & FAULTD_RESTORE_LAZY) &&
 	    faultd_region_prefetch(r, 0, atomic_load(&r->len)) < 0)
 		fd_warn(r->ctx, "%s: no background population after the "
 				"daemon died: pages come in when touched",
@@ -225,7 +262,7 @@ static int restore_register(struct faultd_region *r, int sock)
 		struct proto_error err;
 	} u;
 	int fds[PROTO_REG_MAX_FDS] = { r->group->uffd, r->rs->img->fd };
-	unsigned int nfds = 2;
+	unsigned int nfds = r->rs->remote ? 1 : 2;
 	int record_fd, set_fd;
 	ssize_t n;
 
@@ -240,6 +277,8 @@ static int restore_register(struct faultd_region *r, int sock)
 	}
 
 	proto_init(&m.reg.h, MSG_REGISTER, sizeof(m) - PROTO_KEY_LEN);
+	if (r->rs->remote)
+		m.reg.flags |= PROTO_REG_OPEN;
 	m.reg.uffd_features = r->group->features;
 	m.reg.r[0] = (struct proto_range){ r->base, atomic_load(&r->len), 0 };
 	if (r->rs->flags & FAULTD_RESTORE_LAZY)
@@ -263,35 +302,67 @@ static int restore_register(struct faultd_region *r, int sock)
 	return u.ack.h.type == MSG_ACK ? 0 : -EPROTO;
 }
 
-static int restore_connect(struct faultd_region *r, const char *path)
+/*
+ * Connect to the daemon at @path (NULL: the default) and say HELLO; the
+ * connection in *sockp, the daemon's features in *features. Refusals
+ * are logged for @name.
+ */
+static int daemon_hello(struct faultd_ctx *ctx, const char *name,
+			const char *path, int *sockp, uint64_t *features)
 {
-	struct restore *rs = r->rs;
 	struct proto_hello hello;
 	char buf[108];
 	const char *why;
-	int ret;
-
+	int sock, ret;
 
 	if (!path && !(path = proto_default_socket(buf, sizeof(buf))))
 		return -ENAMETOOLONG;
-	rs->sock = proto_connect_daemon(path, &why);
-	if (rs->sock < 0 && why)
-		fd_err(r->ctx, "%s: not using the daemon at %s: %s", r->name,
-		       path, why);
-	if (rs->sock < 0)
-		return rs->sock;
-	ret = proto_hello(rs->sock, PROTO_FEATURES, &hello);
-	if (!ret && (rs->img->h.flags & IMG_MAC) &&
-	    !(hello.features & PROTO_F_MAC)) {
+	sock = proto_connect_daemon(path, &why);
+	if (sock < 0 && why)
+		fd_err(ctx, "%s: not using the daemon at %s: %s", name, path,
+		       why);
+	if (sock < 0)
+		return sock;
+	ret = proto_hello(sock, PROTO_FEATURES, &hello);
+	if (ret) {
+		close(sock);
+		return ret;
+	}
+	*sockp = sock;
+	*features = hello.features;
+	return 0;
+}
+
+/* Does the daemon do what the restore needs? */
+static int daemon_can(struct faultd_region *r)
+{
+	struct restore *rs = r->rs;
+
+	if ((rs->img->h.flags & IMG_MAC) && !(rs->features & PROTO_F_MAC)) {
 		fd_err(r->ctx, "%s: the daemon cannot check the image's MACs",
 		       r->name);
-		ret = -EOPNOTSUPP;
+		return -EOPNOTSUPP;
 	}
-	if (!ret && rs->ws && !(hello.features & PROTO_F_WSET)) {
+	if (rs->ws && !(rs->features & PROTO_F_WSET)) {
 		fd_err(r->ctx, "%s: the daemon does not take working sets",
 		       r->name);
-		ret = -EOPNOTSUPP;
+		return -EOPNOTSUPP;
 	}
+	return 0;
+}
+
+/* Through the daemon: connected (a remote image's OPEN was already),
+ * registered, watched. */
+static int restore_connect(struct faultd_region *r, const char *path)
+{
+	struct restore *rs = r->rs;
+	int ret = 0;
+
+	if (rs->sock < 0)
+		ret = daemon_hello(r->ctx, r->name, path, &rs->sock,
+				   &rs->features);
+	if (!ret)
+		ret = daemon_can(r);
 	if (!ret)
 		ret = restore_register(r, rs->sock);
 	if (!ret)
@@ -357,17 +428,107 @@ void restore_free(struct faultd_region *r)
 }
 
 /* ------------------------------------------------------------------------
+ * An image the daemon reads from an NBD export.
+ */
+
+/* Is @path an NBD URI (a scheme nbd_uri.h's grammar names)? */
+static bool is_nbd_uri(const char *path)
+{
+	static const char *const schemes[] = {
+		"nbd://", "nbds://", "nbd+unix://", "nbds+unix://",
+		"nbd+vsock://", "nbds+vsock://",
+	};
+
+	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (!strncmp(path, schemes[i], strlen(schemes[i])))
+			return true;
+	return false;
+}
+
+/* OPEN @uri on @sock: the header of its image, as the daemon read it. */
+static int remote_header(struct faultd_ctx *ctx, const char *name, int sock,
+			 const char *uri, struct img_header *h,
+			 uint64_t *file_len)
+{
+	struct proto_open m = { .flags = 0 };
+	union {
+		struct proto_image img;
+		struct proto_error err;
+	} u;
+	ssize_t n;
+
+	proto_init(&m.h, MSG_OPEN, sizeof(m));
+	strcpy(m.uri, uri);
+	n = proto_call(sock, &m, NULL, 0, &u, sizeof(u));
+	if (n < 0)
+		return (int)n;
+	if (u.img.h.type == MSG_ERROR) {
+		fd_err(ctx, "%s: the daemon did not open %s: %.*s", name, uri,
+		       (int)sizeof(u.err.msg), u.err.msg);
+		return u.err.err < 0 ? u.err.err : -EPROTO;
+	}
+	if (u.img.h.type != MSG_IMAGE || u.img.header_len != sizeof(*h))
+		return -EPROTO;
+	memcpy(h, u.img.header, sizeof(*h));
+	*file_len = u.img.file_len;
+	return 0;
+}
+
+/*
+ * The image of the NBD export @uri, through the daemon: a connection to
+ * it in *sockp (the daemon's features in *features), the image's header
+ * checked here - with the key in @o->key_file, if any - as an image of
+ * which only the header is known (image_open_header()). A refusal is
+ * logged with its reason.
+ */
+static int remote_open(struct faultd_ctx *ctx, const char *uri,
+		       const struct faultd_restore_opts *o, int *sockp,
+		       uint64_t *features, struct image **imgp)
+{
+	const char *name = o->name ? o->name : "restore";
+	const char *why = NULL;
+	struct img_header h;
+	struct img_key key;
+	uint64_t file_len = 0;
+	int sock = -1, ret = 0;
+
+	if (strlen(uri) >= PROTO_URI_MAX)
+		return -ENAMETOOLONG;
+	if (o->key_file && (ret = img_key_load(o->key_file, &key)))
+		why = "the key file cannot be used (32 bytes, mode 0600 or "
+		      "stricter)";
+	if (!ret)
+		ret = daemon_hello(ctx, name, o->socket, &sock, features);
+	if (!ret && !(*features & PROTO_F_NBD)) {
+		why = "the daemon does not read images from NBD exports";
+		ret = -EOPNOTSUPP;
+	}
+	if (!ret)
+		ret = remote_header(ctx, name, sock, uri, &h, &file_len);
+	if (!ret)
+		ret = image_open_header(&h, file_len, o->key_file ? &key : NULL,
+					imgp, &why);
+	explicit_bzero(&key, sizeof(key));
+	if (ret && why)
+		fd_err(ctx, "%s: %s: %s: %s", name, uri, why, strerror(-ret));
+	if (ret && sock >= 0)
+		close(sock);
+	*sockp = ret ? -1 : sock;
+	return ret;
+}
+
+/* ------------------------------------------------------------------------
  * The API.
  */
 
 /* The region that serves @img: its pager reads it, a block per fault. */
 static int restore_region(struct faultd_ctx *ctx, struct image *img,
-			  const struct faultd_restore_opts *o,
+			  const struct faultd_restore_opts *o, bool remote,
 			  struct faultd_region **rp)
 {
 	struct faultd_pager p = { .size = sizeof(p),
 				  .flags = FAULTD_PAGER_CONCURRENT,
-				  .fill = image_fill,
+				  .fill = remote ? remote_fill : image_fill,
 				  .release = image_release,
 				  .arg = img };
 	struct faultd_region_opts ro = {
@@ -426,7 +587,9 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 	struct faultd_region *r;
 	struct restore *rs;
 	struct image *img;
-	int ret = 0;
+	uint64_t features = 0;
+	bool remote;
+	int ret = 0, sock = -1;
 
 	if (!ctx || !path || !regionp)
 		return -EINVAL;
@@ -441,7 +604,16 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 		ret = -EOPNOTSUPP;
 	if (!ret && in_handler_of(ctx))
 		ret = -EDEADLK;
-	if (!ret)
+	remote = !ret && is_nbd_uri(path);
+	if (remote && !(o.flags & FAULTD_RESTORE_DAEMON)) {
+		fd_err(ctx, "%s: an NBD export is restored through the daemon "
+			    "only (FAULTD_RESTORE_DAEMON): this process does "
+			    "not read it", path);
+		ret = -EOPNOTSUPP;
+	}
+	if (!ret && remote)
+		ret = remote_open(ctx, path, &o, &sock, &features, &img);
+	else if (!ret)
 		ret = restore_image(ctx, path, o.key_file, &img);
 	if (ret < 0)
 		return ret;
@@ -449,17 +621,23 @@ FAULTD_EXPORT int faultd_restore(struct faultd_ctx *ctx, const char *path,
 		image_close(img); /* the daemon serves full images only */
 		return -EOPNOTSUPP;
 	}
-	ret = restore_region(ctx, img, &o, &r); /* the pager owns img now */
-	if (ret < 0)
-		return ret;
-	rs = fd_calloc(1, sizeof(*rs));
-	if (!rs) {
+	/* The pager owns img now. */
+	ret = restore_region(ctx, img, &o, remote, &r);
+	rs = ret ? NULL : fd_calloc(1, sizeof(*rs));
+	if (!ret && !rs) {
 		faultd_region_destroy(r);
-		return -ENOMEM;
+		ret = -ENOMEM;
+	}
+	if (ret < 0) {
+		if (sock >= 0)
+			close(sock);
+		return ret;
 	}
 	rs->img = img;
 	rs->flags = o.flags;
-	rs->sock = -1;
+	rs->sock = sock;
+	rs->features = features;
+	rs->remote = remote;
 	pthread_mutex_init(&rs->lock, NULL);
 	ret = rws_create(r, img, &o, &rs->ws);
 	/* Published whole: the region's faults read it (restore_note_fault()). */

@@ -7,14 +7,15 @@
 # asan  build-asan: ASan + UBSan, every UB finding fatal, fault injection
 #       compiled in, -Dwerror=true, every target built. Suites unit, uffd,
 #       stress, hugetlb, daemon, engine, load, inject, examples,
-#       firecracker and criu. Not "install":
+#       firecracker, criu and nbd (the NBD source against nbdkit, and end
+#       to end). Not "install":
 #       it checks the exported ABI, the man pages, the headers and a
 #       DESTDIR install built by a plain compiler; no library code runs
 #       there that the other suites do not run.
 # tsan  build-tsan: TSan, only the programs the run needs. The suites uffd,
-#       stress, hugetlb, daemon, engine, examples and criu, and of suite
-#       unit the program test-unit: test-clear is single-threaded byte
-#       checking, which TSan slows to two minutes, its timeout. Not
+#       stress, hugetlb, daemon, engine, examples, criu and nbd, and of
+#       suite unit the program test-unit: test-clear is single-threaded
+#       byte checking, which TSan slows to two minutes, its timeout. Not
 #       "load": it counts the threads and mappings of the process, and
 #       TSan adds its own. Criterion cannot start under TSan, so the test
 #       programs are built on tests/tsan/criterion/criterion.h (which says
@@ -24,7 +25,9 @@
 # one goes to a file under BUILD/sanitizer-logs (log_path), which covers the
 # test's own children, the faultd daemon and Criterion's workers, whose
 # exit status after a passed test Criterion does not look at (a leak found
-# at exit would go unnoticed). The files are printed at the end.
+# at exit would go unnoticed). The directory is writable by all (sticky):
+# the processes the tests run as other users report there too. The files
+# are printed at the end.
 #
 # FAULTD_STRESS_SECONDS (default 1 here), FAULTD_LOAD_SECONDS (default 2)
 # and FAULTD_LOAD_REGIONS (default 1000) shorten the suites that run for a
@@ -114,7 +117,7 @@ run_asan() {
 		"-Dc_args=-fno-sanitize-recover=undefined -fno-omit-frame-pointer -fsanitize-ignorelist=$root/tests/ubsan.ignorelist" \
 		-Dc_link_args=-fno-sanitize-recover=undefined || return 1
 	ninja -C "$dir" || return 1
-	rm -rf "$logs" && mkdir -p "$logs"
+	rm -rf "$logs" && mkdir -p "$logs" && chmod 1777 "$logs"
 	# handle_sigbus=0 is added by tests/meson.build: tests that expect
 	# death by SIGBUS check for it.
 	ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
@@ -123,7 +126,8 @@ run_asan() {
 		--timeout-multiplier 3 \
 		--suite unit --suite pure --suite uffd --suite stress \
 		--suite hugetlb --suite daemon --suite engine --suite load \
-		--suite inject --suite examples --suite firecracker --suite criu
+		--suite inject --suite examples --suite firecracker --suite criu \
+		--suite nbd
 	ret=$?
 	reports "$logs" || ret=1
 	return $ret
@@ -137,10 +141,10 @@ run_tsan() {
 		-Dc_args=-fno-omit-frame-pointer || return 1
 	targets=$(test_targets "$dir" unit suite:uffd suite:stress \
 		suite:hugetlb suite:daemon suite:engine suite:examples \
-		suite:criu) || return 1
+		suite:criu suite:nbd) || return 1
 	# shellcheck disable=SC2086 # one target a word
 	ninja -C "$dir" $targets || return 1
-	rm -rf "$logs" && mkdir -p "$logs"
+	rm -rf "$logs" && mkdir -p "$logs" && chmod 1777 "$logs"
 	# handle_sigbus=0: as for ASan. die_after_fork=0: tests fork from
 	# processes that have handler threads, and the children start
 	# threads (glibc allows it; TSan refuses by default).
@@ -149,7 +153,7 @@ run_tsan() {
 	meson test -C "$dir" --no-rebuild --print-errorlogs \
 		--timeout-multiplier 3 \
 		--suite uffd --suite stress --suite hugetlb --suite daemon \
-		--suite engine --suite examples --suite criu
+		--suite engine --suite examples --suite criu --suite nbd
 	ret=$?
 	meson test -C "$dir" --no-rebuild --print-errorlogs \
 		--timeout-multiplier 3 unit || ret=1

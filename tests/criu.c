@@ -631,20 +631,29 @@ static struct h_net net;
 
 static void net_fini(void)
 {
+	h_join_ns(NULL);
 	h_net_down(&net);
 	h_fini();
 }
 
-/* Connect from namespace B to the page server at A. */
-static struct criu_ps *ps_connect_b(int timeout_ms)
+/*
+ * Connect from namespace B to the page server at A; a lost connection is
+ * made again for @deadline_ms, a read asked again @retries times. The
+ * test goes on in B, as a daemon would: a reader makes a lost connection
+ * again from its own network namespace (criu.h), and must not reach out
+ * from any other.
+ */
+static struct criu_ps *ps_connect_b(int timeout_ms, uint32_t deadline_ms,
+				    uint32_t retries)
 {
-	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = timeout_ms };
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = timeout_ms,
+				  .retry = { .deadline_ms = deadline_ms,
+					     .read_retries = retries } };
 	struct criu_ps *ps;
 	int err;
 
 	h_join_ns(net.b);
 	err = criu_ps_connect(net.a_ip, PS_PORT, &o, &ps);
-	h_join_ns(NULL);
 	cr_assert_eq(err, 0, "criu_ps_connect %s:%d: %d", net.a_ip, PS_PORT,
 		     err);
 	return ps;
@@ -693,7 +702,7 @@ Test(criu, page_server_criu_page_server, .fini = net_fini)
 	pid_t server = page_server_of_dump(&t, &d);
 	int st;
 
-	ps = ps_connect_b(10000);
+	ps = ps_connect_b(10000, 0, 0);
 	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
 	cr_assert_str_eq(s->ops->name, "criu-page-server");
 	check_task_source(s, &t);
@@ -725,7 +734,7 @@ Test(criu, page_server_dump_lazy_port, .fini = net_fini)
 	d = open_ok("d");
 	/* The lazy pages are not in the folder: only a page server has them. */
 	cr_assert_eq(criu_task_source(d, t.pid, &s), -ENODATA);
-	ps = ps_connect_b(10000);
+	ps = ps_connect_b(10000, 0, 0);
 	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
 	concurrent_reads(s, &t);
 	check_task_source(s, &t);
@@ -740,7 +749,11 @@ Test(criu, page_server_dump_lazy_port, .fini = net_fini)
 	criu_dump_close(d);
 }
 
-/* A read after the server died, or while it does not answer: -EIO. */
+/*
+ * A read after the server died, or while it does not answer, once the
+ * retries or the deadline are spent: -EIO; and every read after it while
+ * the server stays away.
+ */
 static void expect_eio(struct source *s, const struct h_task *t)
 {
 	char *buf = malloc(64 * WL_PAGE);
@@ -749,30 +762,44 @@ static void expect_eio(struct source *s, const struct h_task *t)
 	memset(buf, 0x5a, 64 * WL_PAGE);
 	cr_assert_eq(source_read(s, t->r0 + 64 * WL_PAGE, buf, 64 * WL_PAGE),
 		     -EIO);
-	/* And every read after it: the connection is dead for good. */
 	cr_assert_eq(source_read(s, t->r0, buf, WL_PAGE), -EIO);
 	free(buf);
 }
 
+/* A CRIU page server killed serves no other connection: the reads wait
+ * for it the deadline long, then fail, and are counted so. */
 Test(criu, page_server_dies, .fini = net_fini)
 {
+	struct criu_ps_stats st;
 	struct criu_dump *d;
 	struct criu_ps *ps;
 	struct source *s;
 	struct h_task t;
 	pid_t server = page_server_of_dump(&t, &d);
+	uint64_t t0;
 
-	ps = ps_connect_b(10000);
+	ps = ps_connect_b(10000, 500, 0);
 	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
 	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
 	cr_assert_eq(kill(server, SIGKILL), 0);
 	cr_assert(WIFSIGNALED(h_wait(server, H_DEADLINE_MS)));
+	t0 = h_now_ns();
 	expect_eio(s, &t);
+	cr_assert(h_now_ns() - t0 >= 500000000ull, "the deadline was not "
+		  "waited for");
+	criu_ps_stats(ps, &st);
+	cr_assert_eq(st.lost, 1);
+	cr_assert_eq(st.retry.outages, 1);
+	cr_assert_eq(st.retry.expired, 1);
+	cr_assert_eq(st.retry.recovered, 0);
+	cr_assert(st.failed_connects >= 1 && st.retry.gave_up >= 2);
 	source_destroy(s);
 	cr_assert_eq(criu_ps_close(ps), -EIO);
 	criu_dump_close(d);
 }
 
+/* A server that stops answering: each try times out, the read is asked
+ * again once, then fails; well before the time-outs add up to much. */
 Test(criu, page_server_times_out, .fini = net_fini)
 {
 	struct criu_dump *d;
@@ -782,17 +809,17 @@ Test(criu, page_server_times_out, .fini = net_fini)
 	pid_t server = page_server_of_dump(&t, &d);
 	uint64_t t0;
 
-	ps = ps_connect_b(300);
+	ps = ps_connect_b(300, 1000, 1);
 	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
 	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
 	cr_assert_eq(kill(server, SIGSTOP), 0);
 	t0 = h_now_ns();
 	expect_eio(s, &t);
-	cr_assert(h_now_ns() - t0 >= 300000000ull, "no time-out waited");
-	cr_assert(h_now_ns() - t0 < 5000000000ull, "the time-out took %llu ns",
-		  (unsigned long long)(h_now_ns() - t0));
+	cr_assert(h_now_ns() - t0 >= 600000000ull, "no time-out waited");
+	cr_assert(h_now_ns() - t0 < 10000000000ull, "the time-outs took %llu "
+		  "ns", (unsigned long long)(h_now_ns() - t0));
 	source_destroy(s);
-	cr_assert_eq(criu_ps_close(ps), -EIO);
+	criu_ps_close(ps);
 	kill(server, SIGKILL);
 	kill(server, SIGCONT);
 	h_wait(server, H_DEADLINE_MS);
@@ -842,7 +869,13 @@ struct stub {
 	struct source *pages;	/* the local source of the same task */
 	uint64_t cut;		/* answer at most this many pages */
 	bool bad_vaddr;		/* answer the 3rd request with another vaddr */
+	/* Die after this many answers (0: never): the connection and the
+	 * listening socket closed, until stub_restart(). */
+	unsigned int die_after;
 	unsigned int answers;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool dead, restart;
 	pthread_t th;
 };
 
@@ -865,64 +898,165 @@ static bool stub_io(int sk, bool out, void *buf, size_t len)
 	return true;
 }
 
-static void *stub_main(void *arg)
+/* Listen on 127.0.0.1:st->port (0: any port, then st->port is it). */
+static void stub_listen(struct stub *st)
 {
-	struct stub *st = arg;
-	char *buf = malloc(PS_MAX_ANSWER);
-	int sk = accept(st->lsk, NULL, NULL), one = 1;
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(st->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int one = 1;
+
+	st->lsk = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(st->lsk >= 0);
+	setsockopt(st->lsk, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	cr_assert_eq(bind(st->lsk, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(st->lsk, 1), 0);
+	cr_assert_eq(getsockname(st->lsk, (struct sockaddr *)&a, &len), 0);
+	st->port = ntohs(a.sin_port);
+}
+
+/* Its death (its listening socket is closed already): nothing listens
+ * until the test restarts it. */
+static void stub_die(struct stub *st)
+{
+	pthread_mutex_lock(&st->lock);
+	st->dead = true;
+	pthread_cond_broadcast(&st->cond);
+	while (!st->restart)
+		pthread_cond_wait(&st->cond, &st->lock);
+	pthread_mutex_unlock(&st->lock);
+	stub_listen(st);
+}
+
+/* Serve one connection: true when the client closed the session. */
+static bool stub_serve(struct stub *st, int sk, char *buf)
+{
 	struct stub_iov pi;
+	int one = 1;
 
 	/* Header and pages go in two sends: no Nagle wait between them. */
 	setsockopt(sk, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	while (sk >= 0 && buf && stub_io(sk, false, &pi, sizeof(pi))) {
+	while (stub_io(sk, false, &pi, sizeof(pi))) {
 		int32_t zero = 0;
 
 		if (pi.cmd == 0x1023) {
 			stub_io(sk, true, &zero, sizeof(zero));
-			break;
+			return true;
 		}
 		if (pi.nr_pages > st->cut)
 			pi.nr_pages = st->cut;
 		if (source_read(st->pages, pi.vaddr, buf,
 				pi.nr_pages * WL_PAGE) < 0)
-			break;
+			return false;
 		pi.cmd = 4u << 16 | 6;
 		if (st->bad_vaddr && ++st->answers == 3)
 			pi.vaddr += WL_PAGE;
 		if (!stub_io(sk, true, &pi, sizeof(pi)) ||
 		    !stub_io(sk, true, buf, pi.nr_pages * WL_PAGE))
-			break;
+			return false;
+		if (st->die_after && ++st->answers == st->die_after)
+			return false;
 	}
-	if (sk >= 0)
+	return false;
+}
+
+/* Connections one after the other, until one ends with PS_IOV_CLOSE. */
+static void *stub_main(void *arg)
+{
+	struct stub *st = arg;
+	char *buf = malloc(PS_MAX_ANSWER);
+	bool closed = false, dying;
+
+	while (buf && !closed) {
+		int sk = accept(st->lsk, NULL, NULL);
+
+		if (sk < 0)
+			break;
+		closed = stub_serve(st, sk, buf);
+		dying = !closed && st->die_after &&
+			st->answers == st->die_after;
+		/* Before the connection: no new one may come in between. */
+		if (dying)
+			close(st->lsk);
 		close(sk);
+		if (dying)
+			stub_die(st);
+	}
 	free(buf);
 	return NULL;
 }
 
 static void stub_start(struct stub *st)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-
-	st->lsk = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	cr_assert(st->lsk >= 0);
-	cr_assert_eq(bind(st->lsk, (struct sockaddr *)&a, sizeof(a)), 0);
-	cr_assert_eq(listen(st->lsk, 1), 0);
-	cr_assert_eq(getsockname(st->lsk, (struct sockaddr *)&a, &len), 0);
-	st->port = ntohs(a.sin_port);
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->cond, NULL);
+	stub_listen(st);
 	cr_assert_eq(pthread_create(&st->th, NULL, stub_main, st), 0);
+}
+
+/* The stub is dead, and the client tried @tries times to reach it. */
+static void stub_wait_dead(struct stub *st, struct criu_ps *ps,
+			   uint64_t tries)
+{
+	uint64_t end = h_now_ns() + 60000000000ull;
+	struct criu_ps_stats cs;
+
+	for (;;) {
+		bool dead;
+
+		pthread_mutex_lock(&st->lock);
+		dead = st->dead;
+		pthread_mutex_unlock(&st->lock);
+		criu_ps_stats(ps, &cs);
+		if (dead && cs.failed_connects >= tries)
+			return;
+		cr_assert(h_now_ns() < end, "the stub did not die, or the "
+			  "client did not try to reach it again");
+		usleep(1000);
+	}
+}
+
+static void stub_restart(struct stub *st)
+{
+	pthread_mutex_lock(&st->lock);
+	st->restart = true;
+	pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
 }
 
 static void stub_stop(struct stub *st)
 {
 	pthread_join(st->th, NULL);
 	close(st->lsk);
+	pthread_cond_destroy(&st->cond);
+	pthread_mutex_destroy(&st->lock);
+}
+
+/* A client of the stub: a read asked again up to 3 times, a server
+ * away up to 30 s (retry.h's defaults); its retries logged, and counted
+ * in ps_retry_lines. */
+static atomic_uint ps_retry_lines;
+
+static void count_ps_line(void *arg, const char *line)
+{
+	(void)arg;
+	if (strstr(line, "asked again"))
+		atomic_fetch_add(&ps_retry_lines, 1);
+}
+
+static struct criu_ps *stub_connect(const struct stub *st)
+{
+	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000,
+				  .log = count_ps_line };
+	struct criu_ps *ps;
+
+	cr_assert_eq(criu_ps_connect("127.0.0.1", st->port, &o, &ps), 0);
+	return ps;
 }
 
 Test(criu, page_server_short_answers)
 {
-	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000 };
 	struct stub st = { .cut = 3 };
 	struct criu_dump *d;
 	struct criu_ps *ps;
@@ -934,7 +1068,7 @@ Test(criu, page_server_short_answers)
 	d = open_ok("d");
 	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
 	stub_start(&st);
-	cr_assert_eq(criu_ps_connect("127.0.0.1", st.port, &o, &ps), 0);
+	ps = stub_connect(&st);
 	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
 	/* Every read asks for more than 3 pages: each answer is cut. */
 	check_task_source(s, &t);
@@ -946,10 +1080,12 @@ Test(criu, page_server_short_answers)
 	criu_dump_close(d);
 }
 
+/* An answer that does not match its request loses the connection; what
+ * was asked is asked again on a new one, and read right. */
 Test(criu, page_server_mismatched_answer)
 {
-	struct criu_ps_opts o = { .size = sizeof(o), .timeout_ms = 5000 };
 	struct stub st = { .cut = 64, .bad_vaddr = true };
+	struct criu_ps_stats cs;
 	struct criu_dump *d;
 	struct criu_ps *ps;
 	struct source *s;
@@ -960,13 +1096,75 @@ Test(criu, page_server_mismatched_answer)
 	d = open_ok("d");
 	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
 	stub_start(&st);
-	cr_assert_eq(criu_ps_connect("127.0.0.1", st.port, &o, &ps), 0);
+	atomic_store(&ps_retry_lines, 0);
+	ps = stub_connect(&st);
 	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
-	expect_content(s, &t, 0, 0, 16 * WL_PAGE);
-	expect_content(s, &t, 0, 16 * WL_PAGE, 16 * WL_PAGE);
-	expect_eio(s, &t);
+	for (unsigned int i = 0; i < 4; i++)
+		expect_content(s, &t, 0, i * 16 * WL_PAGE, 16 * WL_PAGE);
+	criu_ps_stats(ps, &cs);
+	cr_assert_eq(cs.lost, 1);
+	cr_assert_eq(cs.connects, 2);
+	cr_assert_eq(cs.retry.retries, 1);
+	cr_assert_eq(cs.retry.recovered, 1);
+	cr_assert_eq(cs.retry.gave_up, 0);
+	cr_assert_eq(atomic_load(&ps_retry_lines), 1, "each retry is logged");
 	source_destroy(s);
-	cr_assert_eq(criu_ps_close(ps), -EIO);
+	cr_assert_eq(criu_ps_close(ps), 0);
+	stub_stop(&st);
+	source_destroy(st.pages);
+	criu_dump_close(d);
+}
+
+/*
+ * issue 25, item 8: a page server that fails once loses no page. The
+ * stub dies in the middle of four readers' work (its connection and its
+ * listening socket closed); the readers wait while the client tries to
+ * reach it; it is started again on its port; every page read is right,
+ * none failed, and each read asked again was logged.
+ */
+Test(criu, page_server_fails_once_loses_nothing)
+{
+	struct stub st = { .cut = 64, .die_after = 200 };
+	struct reader r[4];
+	pthread_t th[4];
+	atomic_size_t bad = 0;
+	struct criu_ps_stats cs;
+	struct criu_dump *d;
+	struct criu_ps *ps;
+	struct source *s;
+	struct h_task t;
+
+	h_workload(&t, NULL, 16, 47, "basic");
+	h_dump(&t, NULL, "d");
+	d = open_ok("d");
+	cr_assert_eq(criu_task_source(d, t.pid, &st.pages), 0);
+	stub_start(&st);
+	atomic_store(&ps_retry_lines, 0);
+	ps = stub_connect(&st);
+	cr_assert_eq(criu_page_server_source(d, t.pid, ps, &s), 0);
+	for (unsigned int i = 0; i < 4; i++) {
+		r[i] = (struct reader){ s, &t, i + 11, &bad };
+		cr_assert_eq(pthread_create(&th[i], NULL, reader_main, &r[i]),
+			     0);
+	}
+	stub_wait_dead(&st, ps, 3);
+	stub_restart(&st);
+	for (unsigned int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&bad), 0, "%zu reads wrong or failed",
+		     atomic_load(&bad));
+	criu_ps_stats(ps, &cs);
+	cr_assert_eq(cs.lost, 1);
+	cr_assert_eq(cs.connects, 2);
+	cr_assert_eq(cs.retry.outages, 1);
+	cr_assert_eq(cs.retry.recovered, 1);
+	cr_assert_eq(cs.retry.expired, 0);
+	cr_assert_eq(cs.retry.gave_up, 0);
+	cr_assert(cs.retry.retries >= 1 && cs.failed_connects >= 3);
+	cr_assert_eq(atomic_load(&ps_retry_lines), cs.retry.retries,
+		     "each retry is logged");
+	source_destroy(s);
+	cr_assert_eq(criu_ps_close(ps), 0);
 	stub_stop(&st);
 	source_destroy(st.pages);
 	criu_dump_close(d);

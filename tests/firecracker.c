@@ -1173,7 +1173,7 @@ Test(wset, set_of_another_memory_file_refused)
 	snprintf(cmd, sizeof(cmd), "cp %s %s.new && mv %s.new %s", d.mem,
 		 d.mem, d.mem, d.mem);
 	cr_assert_eq(system(cmd), 0);
-	ws_refused(&d, ws, "recorded for another memory file of this size");
+	ws_refused(&d, ws, "recorded for another memory of this size");
 	/* Another size. */
 	{
 		char *argv[] = { (char *)fc_env("FC_MEMGEN"), d.mem, "16M",

@@ -119,7 +119,10 @@ struct session_ops {
 	uint16_t front_id;	/* kept: never reused; 0: never kept */
 	/* Its peer serves itself when the session is dropped (a library
 	 * client): a keeper drops it after the grace time; a daemon that
-	 * stops ends it. Else it is kept until its processes are gone. */
+	 * stops ends it. Else it is kept until its processes are gone.
+	 * A session may say otherwise (session_set_takeover(): a library
+	 * client whose image only the daemon can reach); its adopt() says
+	 * so again. */
 	bool takeover;
 	/*
 	 * The front end's connection (session->peer_fd) is readable, or
@@ -175,12 +178,14 @@ bool sessions_left_kept(void);
 /*
  * What a front end sets and reads of its session: its own data (freed
  * with the session by @free_fn, may be NULL), its peer's connection
- * (polled for its peer_input(); closed with the session when @close), its
- * name in the logs, whose it is.
+ * (polled for its peer_input(); closed with the session when @close),
+ * whether its peer serves itself once it is dropped (session_ops.takeover
+ * unless set), its name in the logs, whose it is.
  */
 void session_set_front(struct session *s, void *data,
 		       void (*free_fn)(void *data));
 void *session_front(const struct session *s);
+void session_set_takeover(struct session *s, bool takeover);
 void session_set_peer(struct session *s, int fd, bool close);
 void session_set_name(struct session *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -81,6 +81,7 @@ struct session {
 	void *fe_data;
 	void (*fe_free)(void *fe_data); /* with the session; may be NULL */
 	bool close_peer;	/* peer_fd is the session's to close */
+	bool takeover;		/* fe->takeover, or session_set_takeover() */
 	int record_fd;		/* its record (persist.c); -1: none yet */
 	int old_record_fd;	/* the one a put replaces; -1 between puts */
 	atomic_bool kept;	/* its entry has been put */

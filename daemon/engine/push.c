@@ -34,6 +34,9 @@
 #include "engine_int.h"
 
 #define PUSH_MAX (1ul << 20)	/* one run's most: the buffer stays in cache */
+/* What the push tells its source it reads next (source_willneed()): a
+ * network source has that much in flight while a run installs. */
+#define PUSH_AHEAD (8ul << 20)
 /* One install's most (a huge page, if larger): a handler that waits for
  * the push's install to end before it reads a fault waits for no more. */
 #define PUSH_PIECE (64ul << 10)
@@ -50,6 +53,11 @@ struct pusher {
 	struct space *sp;	/* where the cursor is */
 	uint64_t cursor;	/* a client address of sp */
 	size_t chunk;		/* this run's most */
+	/* Read ahead (source offsets of ahead_sp): the end of the last
+	 * run, how many runs followed each other, up to where. */
+	struct space *ahead_sp;
+	uint64_t last_end, ahead;
+	unsigned int streak;
 	uint64_t faults;	/* the session's faults at the last run */
 	uint64_t hint_seq;
 };
@@ -211,6 +219,32 @@ static ssize_t install_boosted(struct pusher *p, const struct space_run *run,
 }
 
 /*
+ * The source reads ahead of the push while the push goes on in order:
+ * once this pusher's runs have followed each other twice (a fault moves
+ * the cursor anywhere, and what is read ahead there would be read for
+ * nothing), the PUSH_AHEAD bytes after @run, asked for again when half
+ * of them are read. A source that reads nothing ahead (a file in the
+ * page cache) has no willneed(); the hint costs it nothing.
+ */
+static void push_ahead(struct pusher *p, const struct space_run *run)
+{
+	uint64_t from = run->src_off + run->len;
+	bool in_order = p->ahead_sp == p->sp && run->src_off >= p->last_end &&
+			run->src_off <= p->last_end + PUSHERS * stripe_len(p);
+
+	p->streak = in_order ? p->streak + 1 : 0;
+	p->ahead_sp = p->sp;
+	p->last_end = from;
+	if (run->kind != SRC_DATA || p->streak < 2 ||
+	    (from <= p->ahead && p->ahead - from > PUSH_AHEAD / 2))
+		return;
+	if (from > p->ahead || p->ahead - from > PUSH_AHEAD)
+		p->ahead = from;
+	source_willneed(p->sp->src, p->ahead, from + PUSH_AHEAD - p->ahead);
+	p->ahead = from + PUSH_AHEAD;
+}
+
+/*
  * Read and install one run (from the source's own mapping where it has
  * one: no copy into the buffer first). Returns false when it made no
  * progress.
@@ -224,6 +258,7 @@ static bool push_run(struct pusher *p, const struct space_run *run,
 
 	if (run->kind == SRC_DATA &&
 	    !(data = source_view(sp->src, run->src_off, run->len))) {
+		push_ahead(p, run);
 		n = source_read(sp->src, run->src_off, p->buf, run->len);
 		data = p->buf;
 	}

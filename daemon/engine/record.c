@@ -303,7 +303,7 @@ int session_persist(struct session *s)
 		ret = record_swap(s, &r, fds, &watch);
 	if (!ret)
 		ret = keep_put(daemon_keep, name, fds, r.h.nr_fds,
-			       s->fe->takeover ? KEEP_F_TAKEOVER : 0, watch);
+			       s->takeover ? KEEP_F_TAKEOVER : 0, watch);
 	record_settle(s, ret);
 	pthread_mutex_unlock(&keep_lock);
 	pthread_rwlock_unlock(&s->spaces_lock);

@@ -113,6 +113,7 @@ int session_create(const struct session_opts *o,
 	}
 	s->o = *o;
 	s->fe = fe;
+	s->takeover = fe->takeover;
 	s->fe_data = fe_data;
 	s->peer_fd = -1;
 	s->record_fd = -1;
@@ -330,6 +331,11 @@ void session_set_front(struct session *s, void *data,
 void *session_front(const struct session *s)
 {
 	return s->fe_data;
+}
+
+void session_set_takeover(struct session *s, bool takeover)
+{
+	s->takeover = takeover;
 }
 
 void session_set_peer(struct session *s, int fd, bool close)
@@ -741,7 +747,7 @@ int session_run(struct session *s)
 		s->fe->ended(s);
 	/* A daemon that stops leaves what nobody else can serve for the
 	 * next one; everything else ended for good. */
-	if (!daemon_stopping() || !s->fe->front_id || s->fe->takeover)
+	if (!daemon_stopping() || !s->fe->front_id || s->takeover)
 		session_unpersist(s);
 	else
 		atomic_fetch_add(&kept_for_next, 1);

@@ -157,7 +157,7 @@ static FILE *open_smaps(const struct peer *peer, int *err, const char **why)
 	if (fd < 0)
 		return NULL;
 	f = fdopen(fd, "r");
-	*err = -errno;
+	*err = f ? 0 : -errno;
 	if (!f)
 		close(fd);
 	return f;

@@ -213,6 +213,13 @@ static int sum_cmd(const struct lp_opts *o)
  * What is served: the dump, the sidecar, the page server.
  */
 
+/* What the page-server connection says of its losses and retries. */
+static void ps_log_line(void *arg, const char *line)
+{
+	(void)arg;
+	dlog(LOG_WARNING, "%s", line);
+}
+
 static int open_sources(const struct lp_opts *o)
 {
 	char why[512];
@@ -230,7 +237,10 @@ static int open_sources(const struct lp_opts *o)
 	if (!ret && o->verify)
 		ret = lazy_pages_verify(&lp, o->verify, why, sizeof(why));
 	if (!ret && o->page_server) {
-		ret = criu_ps_connect(o->address, (uint16_t)o->port, NULL,
+		struct criu_ps_opts po = { .size = sizeof(po),
+					   .log = ps_log_line };
+
+		ret = criu_ps_connect(o->address, (uint16_t)o->port, &po,
 				      &lp.ps);
 		if (ret)
 			snprintf(why, sizeof(why), "page server %s:%u: %s",

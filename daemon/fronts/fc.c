@@ -3,10 +3,12 @@
  * fc.c - `faultd firecracker`: the page-fault handler of Firecracker
  * snapshot restores with the Uffd memory backend (faultd(8), "Firecracker").
  *
- *   faultd firecracker --socket PATH --mem-file FILE [--prefetch]
+ *   faultd firecracker --socket PATH --mem SOURCE | --mem-file FILE
+ *                      [--prefetch]
  *                      [--working-set FILE | --record-working-set FILE]
  *                      [--allow-uid UID]... [--handshake-timeout MS]
  *                      [--max-connections N] [--max-user-connections N]
+ *                      [--nbd-deadline MS]
  *                      [--keeper-grace S] [--no-keeper] [-v]...
  *
  * It listens on PATH, a Unix stream socket. Firecracker connects when it
@@ -16,9 +18,21 @@
  * and becomes one session with one space: its regions map guest addresses
  * onto the memory file (base_host_virt_addr -> offset), pages of the
  * regions' size (4 KiB, or 2 MiB hugetlb), the file as the source (its
- * holes are zeros). With --prefetch the session pushes the rest of the
- * memory after the first fault, at low priority. The session ends when
- * Firecracker goes: the socket's end of file, or its process's exit.
+ * holes are zeros). SOURCE is a path, or an NBD URI (nbd_uri.h: nbd://,
+ * nbds://, nbd+unix://, nbd+vsock://) of an export of the memory file:
+ * it is opened at the start - its size is the memory's, checked as a
+ * file's, and its block sizes against the pages - and every VM's session
+ * opens it again, so that the VMs share one set of connections and each
+ * chunk is fetched once for them all (nbd.h); a fault installs the whole
+ * chunk its page is in (the fault-around window: the bytes are here, and a
+ * chunk evicted and fetched again for the next fault in it would cost a
+ * round trip and its bytes again); --nbd-deadline sets how
+ * long a server that went away is waited for before its pages are
+ * poisoned. The command line is the administrator's: any server it names
+ * is allowed. --mem-file takes a path only. With --prefetch the session
+ * pushes the rest of the memory after the first fault, at low priority.
+ * The session ends when Firecracker goes: the socket's end of file, or its
+ * process's exit.
  *
  * Working sets (faultd-working-set(5); the engine records and replays):
  * --record-working-set records the first VM served - its space 0, the
@@ -84,7 +98,8 @@
 #define FC_MAX_FDS 4		/* room to see that more than one came */
 
 struct fc_opts {
-	const char *mem_file;
+	const char *mem;		/* --mem or --mem-file */
+	const char *mem_opt;		/* which of them, for messages */
 	const char *wset, *record;	/* --working-set, --record-... */
 	bool prefetch;
 	uid_t allow[MAX_ALLOW];
@@ -93,8 +108,12 @@ struct fc_opts {
 
 static struct fc_opts fo;
 static int mem_fd = -1;		/* the memory file; sessions dup it */
+/* An NBD export instead: open from the start to the end, so that the
+ * VMs' sessions share its connections and cache even one after another. */
+static struct source *mem_nbd;
+static size_t mem_around;	/* its chunk: a fault installs all of it */
 static uint64_t mem_size;
-static uint8_t mem_id[32];	/* its identity (src_file_id()) */
+static uint8_t mem_id[32];	/* its identity (the source's id) */
 static atomic_bool recording;	/* a VM's session records already */
 
 /*
@@ -400,26 +419,38 @@ static void vm_wset_opts(struct session_opts *o, bool *rec)
 	}
 }
 
+/* A VM's source of the memory, in pages of @ps bytes. */
+static int vm_source(size_t ps, struct source **sp, char *why, size_t len)
+{
+	struct src_nbd_opts no = front_nbd_opts(true);
+	int fd;
+
+	if (mem_nbd)
+		return src_nbd_open(fo.mem, mem_size, ps, &no, sp, why, len);
+	fd = dup(mem_fd);
+	if (fd < 0) {
+		snprintf(why, len, "out of descriptors");
+		return -errno;
+	}
+	return src_file_open_fd(fd, mem_size, ps, sp, why, len);
+}
+
 static int vm_session(struct fc_conn *c, const struct srange *r,
 		      struct session **sp, struct space **spacep)
 {
 	struct session_opts o = { .push = fo.prefetch,
-				  .push_after_first = fo.prefetch };
+				  .push_after_first = fo.prefetch,
+				  .around = mem_around };
 	bool rec;
 	size_t ps = c->hs.r[0].page_size;
 	struct fc_vm *vm = calloc(1, sizeof(*vm));
 	struct source *src = NULL;
 	struct session *s = NULL;
 	const char *why = "out of memory";
-	int fd = dup(mem_fd);
-	int ret = vm && fd >= 0 ? 0 : refuse(c, -ENOMEM, "%s", why);
+	int ret = vm ? vm_source(ps, &src, c->why, sizeof(c->why))
+		     : refuse(c, -ENOMEM, "%s", why);
 
 	vm_wset_opts(&o, &rec);
-	if (!ret)
-		ret = src_file_open_fd(fd, mem_size, ps, &src, c->why,
-				       sizeof(c->why));
-	else if (fd >= 0)
-		close(fd);
 	if (!ret && (ret = session_create(&o, &fc_session_ops, vm, &s)))
 		why = "cannot start the session";
 	if (!ret && (ret = session_own_source(s, src)) == 0)
@@ -593,22 +624,24 @@ static const struct conn_ops fc_conn_ops = {
 
 static void fc_usage(FILE *f)
 {
-	fprintf(f, "       faultd firecracker --socket PATH --mem-file FILE "
-		   "[--prefetch]\n"
+	fprintf(f, "       faultd firecracker --socket PATH "
+		   "--mem SOURCE | --mem-file FILE [--prefetch]\n"
 		   "                          [--working-set FILE | "
 		   "--record-working-set FILE]\n"
 		   "                          [--allow-uid UID]... "
 		   "[--handshake-timeout MS]\n"
 		   "                          [--max-connections N] "
 		   "[--max-user-connections N]\n"
+		   "                          [--nbd-deadline MS]\n"
 		   "                          [--keeper-grace S] [--no-keeper] "
 		   "[-v]...\n");
 }
 
-enum { O_MEM = 256, O_PREFETCH, O_WSET, O_RECORD, O_ALLOW };
+enum { O_MEM = 256, O_MEM_FILE, O_PREFETCH, O_WSET, O_RECORD, O_ALLOW };
 
 static const struct option fc_options[] = {
-	{ "mem-file", required_argument, NULL, O_MEM },
+	{ "mem", required_argument, NULL, O_MEM },
+	{ "mem-file", required_argument, NULL, O_MEM_FILE },
 	{ "prefetch", no_argument, NULL, O_PREFETCH },
 	{ "working-set", required_argument, NULL, O_WSET },
 	{ "record-working-set", required_argument, NULL, O_RECORD },
@@ -619,7 +652,16 @@ static const struct option fc_options[] = {
 static int fc_option(int id, const char *arg)
 {
 	switch (id) {
-	case O_MEM: fo.mem_file = arg; return 0;
+	case O_MEM:
+	case O_MEM_FILE:
+		if (fo.mem) {
+			fprintf(stderr, "faultd: --mem and --mem-file: one "
+				"memory, once\n");
+			return -1;
+		}
+		fo.mem = arg;
+		fo.mem_opt = id == O_MEM ? "--mem" : "--mem-file";
+		return 0;
 	case O_PREFETCH: fo.prefetch = true; return 0;
 	case O_WSET: fo.wset = arg; return 0;
 	case O_RECORD: fo.record = arg; return 0;
@@ -636,19 +678,57 @@ static int fc_option(int id, const char *arg)
 	return -1;
 }
 
-/* The memory file, open for the sessions: a regular file, not empty. */
-static int open_mem_file(void)
+/* Does --mem (not --mem-file) name an NBD export (a scheme nbd_uri.h's
+ * grammar names)? */
+static bool mem_is_uri(void)
+{
+	static const char *const schemes[] = {
+		"nbd://", "nbds://", "nbd+unix://", "nbds+unix://",
+		"nbd+vsock://", "nbds+vsock://",
+	};
+
+	for (size_t i = 0; !strcmp(fo.mem_opt, "--mem") &&
+			   i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (!strncmp(fo.mem, schemes[i], strlen(schemes[i])))
+			return true;
+	return false;
+}
+
+/* The export, open for the daemon's life: its size is the memory's. */
+static int open_mem_export(void)
+{
+	struct src_nbd_opts no = front_nbd_opts(true);
+	char why[256];
+	int ret;
+
+	src_nbd_set_log(front_nbd_log, NULL);
+	ret = src_nbd_open(fo.mem, 0, 4096, &no, &mem_nbd, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "faultd: --mem %s: %s\n", fo.mem, why);
+		return -1;
+	}
+	mem_size = mem_nbd->size;
+	memcpy(mem_id, mem_nbd->id, sizeof(mem_id));
+	mem_around = nbd_chunk(mem_nbd);
+	return 0;
+}
+
+/* The memory, open for the sessions: a regular file, not empty, or an
+ * NBD export. */
+static int open_mem(void)
 {
 	struct stat st;
 
-	mem_fd = open(fo.mem_file, O_RDONLY | O_CLOEXEC);
+	if (mem_is_uri())
+		return open_mem_export();
+	mem_fd = open(fo.mem, O_RDONLY | O_CLOEXEC);
 	if (mem_fd < 0 || fstat(mem_fd, &st)) {
-		fprintf(stderr, "faultd: --mem-file %s: %s\n", fo.mem_file,
+		fprintf(stderr, "faultd: %s %s: %s\n", fo.mem_opt, fo.mem,
 			strerror(errno));
 		return -1;
 	}
 	if (!S_ISREG(st.st_mode) || !st.st_size) {
-		fprintf(stderr, "faultd: --mem-file %s: %s\n", fo.mem_file,
+		fprintf(stderr, "faultd: %s %s: %s\n", fo.mem_opt, fo.mem,
 			S_ISREG(st.st_mode) ? "empty" : "not a regular file");
 		return -1;
 	}
@@ -670,9 +750,9 @@ static bool set_space_known(const struct wset_space *d, void *arg, char *why,
 			 " bytes, not for this one of %" PRIu64, d->src_size,
 			 mem_size);
 	else if (memcmp(d->src_id, mem_id, sizeof(mem_id)))
-		snprintf(why, why_len, "recorded for another memory file of "
-			 "this size (the set names a file by its device, "
-			 "inode and modification time)");
+		snprintf(why, why_len, "recorded for another memory of this "
+			 "size (the set names a file by its device, inode and "
+			 "modification time, an NBD export by its URI)");
 	else if (d->page_size != 4096 && d->page_size != 2ul << 20)
 		snprintf(why, why_len, "its pages of %u bytes are neither 4 "
 			 "KiB nor 2 MiB", d->page_size);
@@ -698,9 +778,9 @@ static void check_wset(void)
  * restart with the VMs) and PATH.ctl (faultctl's STATUS). */
 static int fc_start(struct front_start *st)
 {
-	if (!dopts.socket || !fo.mem_file) {
-		fprintf(stderr, "faultd firecracker: --socket and --mem-file "
-			"are needed\n");
+	if (!dopts.socket || !fo.mem) {
+		fprintf(stderr, "faultd firecracker: --socket and --mem (or "
+			"--mem-file) are needed\n");
 		return -2;
 	}
 	if (fo.wset && fo.record) {
@@ -710,7 +790,7 @@ static int fc_start(struct front_start *st)
 		return -2;
 	}
 	news_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (news_fd < 0 || open_mem_file() < 0)
+	if (news_fd < 0 || open_mem() < 0)
 		return -1;
 	check_wset();
 	st->nr = 2;
@@ -736,7 +816,7 @@ static int fc_start(struct front_start *st)
 static void fc_ready(void)
 {
 	dlog(LOG_INFO, "firecracker: listening on %s for VMs of %s (%" PRIu64
-	     " bytes)%s", dopts.socket, fo.mem_file, mem_size,
+	     " bytes)%s", dopts.socket, fo.mem, mem_size,
 	     fo.prefetch ? ", prefetch" : "");
 	sd_notify(0, "READY=1");
 }
@@ -787,7 +867,7 @@ const struct front fc_front = {
 	.command = "firecracker",
 	.session = &fc_session_ops,
 	.shared = OPT_SOCKET | OPT_CONN_LIMITS | OPT_HANDSHAKE | OPT_KEEPER |
-		  OPT_VERBOSE,
+		  OPT_VERBOSE | OPT_NBD,
 	.options = fc_options,
 	.option = fc_option,
 	.usage = fc_usage,

@@ -1,20 +1,29 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * front_fdp.c - the faultd protocol front end (faultd-protocol(7)): a
+ * fdp.c - the faultd protocol front end (faultd-protocol(7)): a
  * library client's REGISTER becomes a session with one space, served from
  * a faultd image.
  *
  * The client sends its userfaultfd and the image by SCM_RIGHTS, and the
  * ranges of its region with their image offsets; with RECORD and WSET,
- * a file to record the working set in and one to replay (session.h). The session pushes every
- * block unless the client asked for LAZY, sends PROGRESS every 100 ms and
- * DONE when every page is in, answers STATS and takes PREFETCH hints, and
- * ends when the client closes the connection (it serves its region itself
- * from then on) or exits. The client keeps its own userfaultfd in every
- * case, so the end of a session never leaves a fault to the kernel.
+ * a file to record the working set in and one to replay (session.h). Or
+ * the image is an NBD export the client names (OPEN): the daemon opens it
+ * on the connection's thread - for root, its own user, and the users and
+ * servers of the administrator's allow list (nbd_allow.h, --nbd-allow) -
+ * answers its header (IMAGE), and the REGISTER that follows serves it
+ * (PROTO_REG_OPEN). Such a session is kept for a restarted daemon until
+ * its client exits: the client cannot serve the image itself.
+ *
+ * The session pushes every block unless the client asked for LAZY, sends
+ * PROGRESS every 100 ms and DONE when every page is in, answers STATS and
+ * takes PREFETCH hints, and ends when the client closes the connection (it
+ * serves its region itself from then on) or exits. The client keeps its
+ * own userfaultfd in every case, so the end of a session never leaves a
+ * fault to the kernel.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +34,18 @@
 #include "front.h"
 #include "internal.h"
 #include "image.h"
+#include "nbd.h"
+#include "nbd_allow.h"
 
 struct fdp {
 	int sock;
 	struct space *sp;
 	atomic_bool sent_done; /* control loop; read by fdp_save() anywhere */
+	bool remote;		/* its image is an NBD export (OPEN) */
 };
+
+/* The administrator's allow list (--nbd-allow), loaded at the start. */
+static struct nbd_allow *nbd_allow;
 
 static void fdp_progress(struct session *s, struct proto_progress *p,
 			 enum proto_type type)
@@ -112,16 +127,19 @@ static void fdp_free(void *arg)
 	free(arg);
 }
 
-/* What a restarted daemon needs of the front end: whether DONE was sent
- * (the image's key is its source's to keep). */
+/* What a restarted daemon needs of the front end: whether DONE was sent,
+ * whether the image is remote (the image's key is its source's to
+ * keep). */
 struct fdp_blob {
 	uint32_t sent_done;
+	uint32_t remote;
 };
 
 static size_t fdp_save(struct session *s, void *blob, size_t max)
 {
 	struct fdp *f = session_front(s);
-	struct fdp_blob b = { .sent_done = atomic_load(&f->sent_done) };
+	struct fdp_blob b = { .sent_done = atomic_load(&f->sent_done),
+			      .remote = f->remote };
 
 	if (max < sizeof(b))
 		return 0;
@@ -151,6 +169,8 @@ static int fdp_adopt(struct session *s, const void *blob, size_t len,
 	}
 	f->sock = peer;
 	atomic_store(&f->sent_done, b.sent_done);
+	f->remote = b.remote;
+	session_set_takeover(s, !f->remote);
 	session_set_front(s, f, fdp_free);
 	session_set_peer(s, peer, true);
 	fdp_name(s);
@@ -186,18 +206,20 @@ static struct srange *fdp_ranges(const struct proto_register *m)
  * sends only decides what is served into its own memory.
  */
 static int fdp_image(const struct proto_register *m, int fd,
-		     struct source **srcp, const char **why)
+		     struct source *under, struct source **srcp,
+		     const char **why)
 {
 	struct img_key key = { .image_key = true };
+	const struct img_key *k = m->flags & PROTO_REG_MAC ? &key : NULL;
 	int ret;
 
-	if (m->flags & PROTO_REG_MAC)
+	if (k)
 		memcpy(key.key, proto_register_key(m), PROTO_KEY_LEN);
 	*why = "the image cannot be used";
-	ret = src_image_open(fd, m->flags & PROTO_REG_MAC ? &key : NULL, srcp,
-			     why);
+	ret = under ? src_image_open_over(under, k, srcp, why)
+		    : src_image_open(fd, k, srcp, why);
 	explicit_bzero(&key, sizeof(key));
-	if (ret == -EINVAL || ret == -EOPNOTSUPP) {
+	if (!under && (ret == -EINVAL || ret == -EOPNOTSUPP)) {
 		*why = "the second descriptor is not a full checkpoint image";
 		ret = -EINVAL;
 	}
@@ -246,10 +268,14 @@ static int fdp_wset_fds(const struct proto_register *m, const int *fds,
 	return 0;
 }
 
-/* Check @m and its descriptors; a source for its image. */
+/*
+ * Check @m and its descriptors; a source for its image: the file of
+ * fds[1], or the one an OPEN opened, @under (taken over, also on
+ * failure; NULL: none).
+ */
 static int fdp_check(const struct proto_register *m, const int *fds,
-		     const struct peer *peer, struct source **srcp,
-		     const char **why)
+		     struct source *under, const struct peer *peer,
+		     struct source **srcp, const char **why)
 {
 	int ret = check_uffd(fds[0], why);
 
@@ -257,8 +283,15 @@ static int fdp_check(const struct proto_register *m, const int *fds,
 		*why = "unknown REGISTER flags";
 		ret = -EINVAL;
 	}
+	if (!ret && !(m->flags & PROTO_REG_OPEN) != !under) {
+		*why = "a REGISTER of an opened image (OPEN flag) must follow "
+		       "an OPEN on its connection";
+		ret = -EPROTO;
+	}
 	if (!ret)
-		ret = fdp_image(m, fds[1], srcp, why);
+		ret = fdp_image(m, fds[1], under, srcp, why);
+	else
+		source_destroy(under);
 	if (ret)
 		return ret;
 	ret = check_ranges(m, src_image_of(*srcp), peer, why);
@@ -270,19 +303,22 @@ static int fdp_check(const struct proto_register *m, const int *fds,
 }
 
 /*
- * fdp_session() - the session of an accepted REGISTER, its space added.
- * On failure the error has been sent to the client; @fds stay the
- * caller's.
+ * fdp_session() - the session of an accepted REGISTER, its space added
+ * (its image: @under's, taken over, or fds[1]'s). On failure the error
+ * has been sent to the client; @fds stay the caller's.
  */
 static int fdp_session(int sock, const struct proto_register *m, int *fds,
-		       struct peer *peer, struct fdp *f, struct session **sp)
+		       struct source *under, struct peer *peer, struct fdp *f,
+		       struct session **sp)
 {
-	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY) };
+	/* An image on NBD: a fault installs the chunk its fetch brought. */
+	struct session_opts o = { .push = !(m->flags & PROTO_REG_LAZY),
+				  .around = under ? nbd_chunk(under) : 0 };
 	struct source *src = NULL;
 	struct srange *r = NULL;
 	struct session *s = NULL;
 	const char *why;
-	int ret = fdp_check(m, fds, peer, &src, &why);
+	int ret = fdp_check(m, fds, under, peer, &src, &why);
 
 	if (!ret)
 		ret = fdp_wset_fds(m, fds, src, &o, &why);
@@ -311,27 +347,32 @@ static int fdp_session(int sock, const struct proto_register *m, int *fds,
 	}
 	peer->pidfd = -1; /* the space's now */
 	session_set_owner(s, peer->uid, peer->pid);
+	/* Only the daemon reaches the image: kept until its client exits. */
+	f->remote = under != NULL;
+	session_set_takeover(s, !f->remote);
 	*sp = s;
 	return 0;
 }
 
 /*
  * fdp_register() - serve one REGISTER (@m, with the descriptors @fds, of
- * which the uffd is taken over on success and the image closed) until
- * the session ends. Returns 0 when the session ran, or -errno (the
- * client got the error). Context: the connection's thread.
+ * which the uffd is taken over on success and the image closed; or the
+ * image an OPEN opened, @under, taken over) until the session ends.
+ * Returns 0 when the session ran, or -errno (the client got the error).
+ * Context: the connection's thread.
  */
 static int fdp_register(int sock, const struct proto_register *m, int *fds,
-			struct peer *peer)
+			struct source *under, struct peer *peer)
 {
 	struct fdp f = { .sock = sock };
 	struct proto_ack ack;
 	struct session *s;
-	int ret = fdp_session(sock, m, fds, peer, &f, &s);
+	int ret = fdp_session(sock, m, fds, under, peer, &f, &s);
 
 	if (ret)
 		return ret;
-	close(fds[1]); /* the image keeps its own duplicate */
+	if (fds[1] >= 0)
+		close(fds[1]); /* the image keeps its own duplicate */
 	fds[0] = fds[1] = -1;
 	fdp_name(s);
 	session_set_peer(s, sock, false);
@@ -392,23 +433,25 @@ out:
 
 /* ------------------------------------------------------------------------
  * Connections, until they are sessions (the server's loop, front.h): the
- * HELLO, then a REGISTER (a session, on a thread of its own), a STATUS
- * (answered here), or another front end's request (its answer()). On a
- * control socket (LISTEN_STATUS), HELLO and STATUS only.
+ * HELLO, then a REGISTER (a session, on a thread of its own), an OPEN
+ * (its image opened on a thread of its own, then its REGISTER there), a
+ * STATUS (answered here), or another front end's request (its answer()).
+ * On a control socket (LISTEN_STATUS), HELLO and STATUS only.
  */
 
 enum fdp_state {
 	FDP_HELLO,	/* waiting for HELLO */
-	FDP_REQUEST,	/* waiting for REGISTER, STATUS or a request */
+	FDP_REQUEST,	/* waiting for REGISTER, OPEN, STATUS or a request */
 	FDP_REFUSE,	/* waiting for HELLO, to answer it with err */
 	FDP_REGISTER,	/* a REGISTER came: its session is next */
+	FDP_OPEN,	/* an OPEN came: its image is opened next */
 };
 
 struct fdp_conn {
 	enum fdp_state state;
 	int err;		/* FDP_REFUSE: the answer */
 	const char *why;
-	struct proto_register *m; /* FDP_REGISTER: a copy */
+	void *m;		/* FDP_REGISTER, FDP_OPEN: a copy */
 	int fds[PROTO_REG_MAX_FDS]; /* its descriptors; -1 */
 };
 
@@ -471,9 +514,9 @@ static void close_fds(int *fds, unsigned int n)
 			close(fds[i]);
 }
 
-/* A REGISTER with its descriptors: kept for its session's thread. */
-static enum conn_next fdp_take_register(struct conn *c, size_t len, int *fds,
-					unsigned int nfds)
+/* A REGISTER with its descriptors, or an OPEN: kept for its thread. */
+static enum conn_next fdp_take(struct conn *c, size_t len, int *fds,
+			       unsigned int nfds, enum fdp_state state)
 {
 	struct fdp_conn *fc = c->state;
 
@@ -485,7 +528,7 @@ static enum conn_next fdp_take_register(struct conn *c, size_t len, int *fds,
 	}
 	memcpy(fc->m, msg_buf, len);
 	memcpy(fc->fds, fds, nfds * sizeof(*fds));
-	fc->state = FDP_REGISTER;
+	fc->state = state;
 	return CONN_SERVE;
 }
 
@@ -503,12 +546,15 @@ static enum conn_next fdp_request(struct conn *c, size_t len)
 		proto_error_send(c->sock, -EPROTO,
 				 h->type == MSG_REGISTER
 					 ? "REGISTER needs its descriptors: "
-					   "uffd, image, and the working-set "
-					   "files its flags name"
+					   "uffd, image (none with the OPEN "
+					   "flag), and the working-set files "
+					   "its flags name"
 				 : c->status_only
 					 ? "this socket answers HELLO and "
 					   "STATUS only"
-					 : "expected REGISTER, STATUS or "
+				 : h->type == MSG_OPEN
+					 ? "OPEN carries no descriptor"
+					 : "expected REGISTER, OPEN, STATUS or "
 					   "LAZY_PAGES");
 	return CONN_CLOSE;
 }
@@ -538,7 +584,10 @@ static enum conn_next fdp_input(struct conn *c)
 	    !c->status_only &&
 	    nfds == proto_register_nfds(((const struct proto_register *)h)
 						->flags))
-		return fdp_take_register(c, (size_t)n, fds, nfds);
+		return fdp_take(c, (size_t)n, fds, nfds, FDP_REGISTER);
+	if (h->type == MSG_OPEN && fc->state == FDP_REQUEST &&
+	    !c->status_only && !nfds)
+		return fdp_take(c, (size_t)n, fds, 0, FDP_OPEN);
 	close_fds(fds, nfds);
 	if (fc->state == FDP_HELLO) {
 		if (proto_answer_hello(c->sock, msg_buf, (size_t)n) < 0)
@@ -557,8 +606,9 @@ static enum conn_next fdp_late(struct conn *c)
 		proto_error_send(c->sock, fc->err, "%s", fc->why);
 	else
 		proto_error_send(c->sock, -ETIMEDOUT, "no %s within %u ms",
-				 fc->state == FDP_HELLO ? "HELLO"
-							: "REGISTER or STATUS",
+				 fc->state == FDP_HELLO
+					 ? "HELLO"
+					 : "REGISTER, OPEN or STATUS",
 				 dopts.handshake_ms);
 	return CONN_CLOSE;
 }
@@ -579,12 +629,137 @@ static enum conn_next fdp_refuse(struct conn *c, int err, const char *why)
 	return CONN_CLOSE;
 }
 
-/* The REGISTER, checked and served until its session ends. */
+/* ---- OPEN: an image the daemon reads from an NBD export ---- */
+
+/*
+ * May the client of uid @uid make the daemon open @uri? A daemon that is
+ * not root serves its own user only (fdp_admit()), who may reach what it
+ * reaches; a root daemon opens what root's clients name, and what the
+ * allow list lets other users name (nbd_allow.h). 0, or -EPERM / -EINVAL
+ * with @why.
+ */
+static int fdp_nbd_allowed(uid_t uid, const char *uri, char *why,
+			   size_t why_len)
+{
+	if (geteuid() != 0 || uid == 0)
+		return 0;
+	return nbd_allow_check(nbd_allow, uid, uri, why, why_len);
+}
+
+/* The export @m names, opened for @uid, its image's header into @img.
+ * 0, or -errno with @why. */
+static int fdp_open_export(const struct proto_open *m, uid_t uid,
+			   struct source **srcp, struct proto_image *img,
+			   char *why, size_t why_len)
+{
+	struct src_nbd_opts o = front_nbd_opts(geteuid() != 0 || uid == 0);
+	struct img_header h;
+	const char *w;
+	int ret = -EINVAL;
+
+	snprintf(why, why_len, "OPEN: flags and reserved must be 0, the URI "
+		 "NUL-terminated");
+	if (!m->flags && !m->reserved && memchr(m->uri, 0, sizeof(m->uri)))
+		ret = fdp_nbd_allowed(uid, m->uri, why, why_len);
+	if (!ret)
+		ret = src_nbd_open(m->uri, 0, 4096, &o, srcp, why, why_len);
+	if (ret)
+		return ret;
+	ret = src_image_header(*srcp, &h, &w);
+	if (ret) {
+		snprintf(why, why_len, "the export's image: %s", w);
+		source_destroy(*srcp);
+		return ret;
+	}
+	memset(img, 0, sizeof(*img));
+	proto_init(&img->h, MSG_IMAGE, sizeof(*img));
+	img->file_len = (*srcp)->size;
+	img->header_len = sizeof(h);
+	memcpy(img->header, &h, sizeof(h));
+	return 0;
+}
+
+/*
+ * The REGISTER that follows an OPEN, within the handshake's time, in
+ * *mp (to free()), its descriptors in @fds where a REGISTER of an image
+ * file has them (the image's -1). 0, or -errno (the client was told).
+ */
+static int fdp_open_register(int sock, void **mp, int *fds)
+{
+	struct pollfd p = { .fd = sock, .events = POLLIN };
+	int got[PROTO_REG_MAX_FDS];
+	const struct proto_register *m;
+	unsigned int n = 0;
+	const char *why = "out of memory";
+	char *buf = malloc(PROTO_MAX_MSG);
+	ssize_t len = buf ? 0 : -ENOMEM;
+
+	if (!len && poll(&p, 1, (int)dopts.handshake_ms) != 1) {
+		why = "no REGISTER in time after the OPEN";
+		len = -ETIMEDOUT;
+	}
+	if (!len)
+		len = proto_recv_checked(sock, buf, PROTO_MAX_MSG, got,
+					 PROTO_REG_MAX_FDS, &n, &why);
+	m = (const void *)buf;
+	if (len > 0 && (m->h.type != MSG_REGISTER ||
+			!(m->flags & PROTO_REG_OPEN) ||
+			n != proto_register_nfds(m->flags))) {
+		why = "after OPEN: a REGISTER with the OPEN flag and its "
+		      "descriptors (the uffd, then the working-set files "
+		      "its flags name)";
+		len = -EPROTO;
+	}
+	if (len < 0) {
+		if (why)
+			proto_error_send(sock, (int)len, "%s", why);
+		close_fds(got, n);
+		free(buf);
+		return (int)len;
+	}
+	fds[0] = got[0];
+	memcpy(fds + 2, got + 1, (n - 1) * sizeof(*got));
+	*mp = buf;
+	return 0;
+}
+
+/* An OPEN: the export opened, its header answered, then its REGISTER
+ * served until the session ends. */
+static void fdp_open(struct conn *c)
+{
+	struct fdp_conn *fc = c->state;
+	struct proto_image img;
+	struct source *src;
+	char why[256];
+	void *reg = NULL;
+	int ret = fdp_open_export(fc->m, c->uid, &src, &img, why,
+				  sizeof(why));
+
+	if (ret) {
+		dlog(LOG_INFO, "pid %d (uid %u): OPEN refused: %s",
+		     (int)c->peer.pid, (unsigned int)c->uid, why);
+		proto_error_send(c->sock, ret, "%s", why);
+		return;
+	}
+	if (proto_send(c->sock, &img, NULL, 0) ||
+	    fdp_open_register(c->sock, &reg, fc->fds)) {
+		source_destroy(src);
+		return;
+	}
+	free(fc->m);
+	fc->m = reg;
+	fdp_register(c->sock, fc->m, fc->fds, src, &c->peer);
+}
+
+/* The REGISTER (or OPEN), checked and served until its session ends. */
 static void fdp_serve(struct conn *c)
 {
 	struct fdp_conn *fc = c->state;
 
-	fdp_register(c->sock, fc->m, fc->fds, &c->peer);
+	if (fc->state == FDP_OPEN)
+		fdp_open(c);
+	else
+		fdp_register(c->sock, fc->m, fc->fds, NULL, &c->peer);
 }
 
 static void fdp_release(struct conn *c)
@@ -613,6 +788,29 @@ const struct conn_ops fdp_conn_ops = {
  * faultd alone: the daemon of the faultd protocol.
  */
 
+/*
+ * The allow list of NBD servers (--nbd-allow, or NBD_ALLOW_FILE where it
+ * exists), read once: a daemon with a list it cannot read does not
+ * start.
+ */
+static int fdp_load_allow(void)
+{
+	const char *path = dopts.nbd_allow ? dopts.nbd_allow : NBD_ALLOW_FILE;
+	char why[256];
+	int ret;
+
+	src_nbd_set_log(front_nbd_log, NULL);
+	if (dopts.nbd_allow && access(path, R_OK)) {
+		fprintf(stderr, "faultd: --nbd-allow %s: %s\n", path,
+			strerror(errno));
+		return -1;
+	}
+	ret = nbd_allow_load(path, &nbd_allow, why, sizeof(why));
+	if (ret)
+		fprintf(stderr, "faultd: %s\n", why);
+	return ret ? -1 : 0;
+}
+
 /* Its socket: --socket, or systemd's, or the default (the server). By
  * default one user may take a quarter of the sessions. */
 static int fdp_start(struct front_start *st)
@@ -635,13 +833,14 @@ static int fdp_start(struct front_start *st)
 		dopts.max_user_sessions = dopts.max_sessions / 4
 						  ? dopts.max_sessions / 4
 						  : 1;
-	return 0;
+	return fdp_load_allow();
 }
 
 const struct front fdp_front = {
 	.name = "faultd protocol",
 	.session = &fdp_session_ops,
 	.shared = OPT_SOCKET | OPT_SESSION_LIMITS | OPT_CONN_LIMITS |
-		  OPT_HANDSHAKE | OPT_KEEPER | OPT_FD_STORE | OPT_VERBOSE,
+		  OPT_HANDSHAKE | OPT_KEEPER | OPT_FD_STORE | OPT_VERBOSE |
+		  OPT_NBD_ALLOW | OPT_NBD,
 	.start = fdp_start,
 };

@@ -54,3 +54,33 @@ const struct session_ops *front_session_ops(uint16_t id)
 			return (*f)->session;
 	return NULL;
 }
+
+void front_nbd_log(void *arg, const char *line)
+{
+	(void)arg;
+	dlog(LOG_WARNING, "%s", line);
+}
+
+/* The chunk NBD source @s fetches at once (0: not one): a session's
+ * fault-around, so that a fault installs what its fetch brought. */
+size_t nbd_chunk(struct source *s)
+{
+	struct src_nbd_stats st;
+
+	if (!src_nbd_is(s))
+		return 0;
+	src_nbd_stats(s, &st);
+	return st.chunk;
+}
+
+/* @allow_local_files: the URI may name TLS files of this host (it was
+ * written by root or the administrator). */
+struct src_nbd_opts front_nbd_opts(bool allow_local_files)
+{
+	return (struct src_nbd_opts){
+		.size = sizeof(struct src_nbd_opts),
+		.retry = { .deadline_ms = dopts.nbd_deadline_ms },
+		.allow_local_files = allow_local_files,
+		.log = front_nbd_log,
+	};
+}

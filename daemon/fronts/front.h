@@ -34,6 +34,7 @@
 #include <sys/types.h>
 
 #include "engine.h"
+#include "nbd.h"
 #include "peer.h"
 #include "proto.h"
 #include "sockfile.h"
@@ -56,6 +57,8 @@ struct daemon_opts {
 	bool no_keeper;		/* --no-keeper: a restart loses sessions */
 	bool fd_store;		/* --fd-store: systemd keeps them */
 	unsigned int keeper_grace_s;
+	const char *nbd_allow;	/* --nbd-allow FILE; NULL: NBD_ALLOW_FILE */
+	unsigned int nbd_deadline_ms; /* --nbd-deadline; 0: retry.h's */
 };
 
 extern struct daemon_opts dopts;
@@ -69,6 +72,8 @@ extern uint64_t daemon_started_ms;
 #define OPT_KEEPER	(1u << 3)	/* --keeper-grace S, --no-keeper */
 #define OPT_FD_STORE	(1u << 4)	/* --fd-store */
 #define OPT_VERBOSE	(1u << 5)	/* -v, --verbose */
+#define OPT_NBD_ALLOW	(1u << 7)	/* --nbd-allow FILE */
+#define OPT_NBD		(1u << 8)	/* --nbd-deadline MS */
 
 /* ------------------------------------------------------------------------
  * Connections, as the server's loop holds them for a front end.
@@ -230,6 +235,13 @@ extern const struct session_ops fdp_session_ops;
 extern const struct conn_ops fdp_conn_ops;
 int proto_answer_hello(int sock, const void *msg, size_t len);
 void fdp_status(int sock, uid_t uid);
+
+/* front.c: the NBD sources' options (--nbd-deadline; their lines to the
+ * daemon's log), where their lines go, and the chunk a source fetches at
+ * once (0: not an NBD source). */
+struct src_nbd_opts front_nbd_opts(bool allow_local_files);
+size_t nbd_chunk(struct source *s);
+void front_nbd_log(void *arg, const char *line);
 
 /* fc.c - Firecracker */
 extern const struct front fc_front;

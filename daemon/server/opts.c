@@ -19,6 +19,7 @@
 enum {
 	S_MAX_SESSIONS = 200, S_MAX_USER_SESSIONS, S_MAX_CONNS,
 	S_MAX_USER_CONNS, S_HANDSHAKE, S_KEEPER_GRACE, S_NO_KEEPER, S_FD_STORE,
+	S_NBD_ALLOW, S_NBD_DEADLINE,
 };
 
 struct shared_opt {
@@ -46,6 +47,10 @@ static const struct shared_opt shared[] = {
 	  0, 0 },
 	{ { "fd-store", no_argument, NULL, S_FD_STORE }, OPT_FD_STORE, NULL,
 	  0, 0 },
+	{ { "nbd-allow", required_argument, NULL, S_NBD_ALLOW }, OPT_NBD_ALLOW,
+	  NULL, 0, 0 },
+	{ { "nbd-deadline", required_argument, NULL, S_NBD_DEADLINE }, OPT_NBD,
+	  &dopts.nbd_deadline_ms, 1, 3600000 },
 	{ { "verbose", no_argument, NULL, 'v' }, OPT_VERBOSE, NULL, 0, 0 },
 };
 
@@ -57,7 +62,9 @@ void server_usage(FILE *f)
 		   "              [--max-connections N] "
 		   "[--max-user-connections N]\n"
 		   "              [--handshake-timeout MS] [--keeper-grace S] "
-		   "[--no-keeper] [--fd-store] [-v]...\n");
+		   "[--no-keeper] [--fd-store]\n"
+		   "              [--nbd-allow FILE] [--nbd-deadline MS] "
+		   "[-v]...\n");
 	for (const struct front *const *p = fronts; *p; p++)
 		if ((*p)->usage)
 			(*p)->usage(f);
@@ -108,6 +115,8 @@ static int opts_shared(int c, const char *arg)
 			dopts.no_keeper = true;
 		else if (c == S_FD_STORE)
 			dopts.fd_store = true;
+		else if (c == S_NBD_ALLOW)
+			dopts.nbd_allow = arg;
 		return 1;
 	}
 	return 0;

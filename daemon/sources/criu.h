@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "retry.h"
 #include "source.h"
 
 /* Pagemap entry flags (CRIU's include/pagemap.h). */
@@ -142,6 +143,14 @@ struct criu_ps;
 struct criu_ps_opts {
 	size_t size;		/* sizeof(struct criu_ps_opts) */
 	int timeout_ms;		/* every socket operation; 0: 10 s */
+	/* What a lost connection and a failed read get (retry.h): the
+	 * connection made again with backoff while the reads wait, a read
+	 * asked again; 0 fields: retry.h's defaults (a 30 s deadline). */
+	struct retry_policy retry;
+	/* Losses, reconnections, each read asked again, reads given up;
+	 * NULL: silent. */
+	void (*log)(void *arg, const char *line);
+	void *log_arg;
 };
 
 /*
@@ -149,7 +158,8 @@ struct criu_ps_opts {
  * --lazy-pages --port P` or `criu page-server --lazy-pages` at @addr
  * (IPv4 or IPv6 literal) and @port. Such a server accepts one connection
  * and serves every task of its dump on it. Returns 0, or -errno
- * (-ETIMEDOUT, -ECONNREFUSED, -EINVAL for a bad address, ...).
+ * (-ETIMEDOUT, -ECONNREFUSED, -EINVAL for a bad address, ...): the first
+ * connection is tried once.
  */
 int criu_ps_connect(const char *addr, uint16_t port,
 		    const struct criu_ps_opts *opts, struct criu_ps **psp);
@@ -157,18 +167,36 @@ int criu_ps_connect(const char *addr, uint16_t port,
 /*
  * criu_ps_close() - end the session (PS_IOV_CLOSE, and wait for the
  * server's int32 0) and free @ps. Returns 0, the server's non-zero status
- * as -EPROTO, or -EIO when the connection failed before or during the
- * close. @ps is freed in every case.
+ * as -EPROTO, or -EIO when there is no connection to close (it was lost
+ * and not made again) or it failed during the close. @ps is freed in
+ * every case.
  */
 int criu_ps_close(struct criu_ps *ps);
+
+/* What the connection went through (retry.h's counters, and more). */
+struct criu_ps_stats {
+	struct retry_stats retry;
+	uint64_t connects;	/* connections made, the first one too */
+	uint64_t failed_connects; /* attempts to make one again that failed */
+	uint64_t lost;		/* connections lost under a read */
+};
+
+void criu_ps_stats(struct criu_ps *ps, struct criu_ps_stats *out);
 
 /*
  * criu_page_server_source() - the task's source, with the data of its
  * lazy pages asked from @ps (PS_IOV_GET, pipelined: concurrent reads share
  * the connection and are answered in order). A read never returns zeros
- * for data it did not get: a time-out, a closed or misbehaving server
- * give -EIO, and so does every later read on that connection. Returns 0,
- * -ESRCH, -ENOMEM. Destroy the source before criu_ps_close().
+ * for data it did not get. A time-out, a closed or misbehaving server
+ * lose the connection: it is made again with backoff while the reads wait
+ * (GETs can be asked again), and what was not answered is asked again;
+ * a read that lost its connection more than retry.read_retries times, or
+ * that waits for a server unreachable for retry.deadline_ms, gives -EIO
+ * (the engine poisons its pages), and so does every read while the server
+ * stays unreachable past the deadline. The reader that finds the
+ * connection lost makes it again from its own network namespace: read
+ * from the one it was connected from. Returns 0, -ESRCH, -ENOMEM.
+ * Destroy the source before criu_ps_close().
  */
 int criu_page_server_source(struct criu_dump *d, pid_t pid,
 			    struct criu_ps *ps, struct source **sp);

@@ -23,6 +23,7 @@ static const struct source_type *const types[] = {
 	&src_criu_ps_type,
 	&src_stale_type,
 	&src_nbd_type,
+	&src_remote_image_type,
 };
 
 const struct source_type *source_type_by_id(uint16_t id)

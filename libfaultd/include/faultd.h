@@ -1134,7 +1134,10 @@ struct faultd_restore_opts {
  * background (unless FAULTD_RESTORE_LAZY). A block whose checksum does not
  * match is never served: its pages are poisoned (the access gets SIGBUS)
  * and the error is logged and counted (pager_errors, poisoned). An
- * incremental image reads its parent from the same directory.
+ * incremental image reads its parent from the same directory. With
+ * FAULTD_RESTORE_DAEMON, @path may be an NBD URI (nbd://, nbds://,
+ * nbd+unix://, nbd+vsock://) of an export of the image file, which the
+ * daemon alone reads (faultd(8), "Restoring from network storage").
  * Returns 0 and the region in *regionp, or -EINVAL (NULL, unknown flags,
  * not an image, a bad key file), -EPERM (the key file is open to group or
  * others), -E2BIG, -EPROTONOSUPPORT (an image version or daemon protocol
@@ -1142,7 +1145,8 @@ struct faultd_restore_opts {
  * header or tables), -ENOKEY (the image is authenticated and no key file
  * was given), -EKEYREJECTED (a key file was given and the image has no
  * MACs, or was taken with another key), -EOPNOTSUPP (a key, and a daemon
- * that cannot check MACs), -ESTALE (the parent file is not the image's
+ * that cannot check MACs; an NBD URI without FAULTD_RESTORE_DAEMON),
+ * -ESTALE (the parent file is not the image's
  * parent), -ECONNREFUSED/-ENOENT (no daemon on the socket), an error the
  * daemon returned for the registration, or those of faultd_region_create().
  * Context: as faultd_region_create().

@@ -33,6 +33,7 @@
 #define FC_MAX_ARGS 40
 
 struct fcd {
+	const char *source;	/* --mem SOURCE; NULL: --mem-file mem */
 	char dir[64];
 	char sock[128], ctl[128], mem[128], log[128], notify[128];
 	int notify_fd;
@@ -190,7 +191,8 @@ static inline void fcd_wait_ready(struct fcd *d)
 }
 
 /*
- * Start `faultd firecracker --socket S --mem-file M` with @extra (NULL-
+ * Start `faultd firecracker --socket S --mem-file M` (or --mem d->source)
+ * with @extra (NULL-
  * terminated, may be NULL), its log appended to d->log; returns once it
  * is ready.
  */
@@ -203,8 +205,8 @@ static inline void fcd_start(struct fcd *d, const char *const *extra)
 	argv[n++] = "firecracker";
 	argv[n++] = "--socket";
 	argv[n++] = d->sock;
-	argv[n++] = "--mem-file";
-	argv[n++] = d->mem;
+	argv[n++] = d->source ? "--mem" : "--mem-file";
+	argv[n++] = d->source ? (char *)d->source : d->mem;
 	argv[n++] = "-v";
 	for (int i = 0; extra && extra[i] && n < FC_MAX_ARGS - 1; i++)
 		argv[n++] = (char *)extra[i];

@@ -6,7 +6,8 @@
  * server's), and a veth pair joins them, 10.250.28.1 (client, hnbd0) to
  * 10.250.28.2 (server, hnbd1). Nothing else is in either namespace, so
  * nothing else can be contacted, and no name or address can collide with
- * another test's.
+ * another test's. A program may name its own pair and addresses: define
+ * NETNS_DEV, NETNS_CLIENT and NETNS_SERVER before including this.
  *
  * Cleanup needs no step that could be skipped: the client's namespace
  * goes with the test process, the server's with its holder, which gets
@@ -31,8 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef NETNS_DEV
+#define NETNS_DEV "hnbd"	/* the pair: NETNS_DEV "0" and NETNS_DEV "1" */
 #define NETNS_CLIENT "10.250.28.1"
 #define NETNS_SERVER "10.250.28.2"
+#endif
 
 struct netns {
 	pid_t holder;	/* holds the server's namespace; 0: none */
@@ -114,7 +118,8 @@ static inline int netns_wait_up(void)
 	struct timespec ts = { 0, 10 * 1000 * 1000 };
 
 	for (int i = 0; i < 1000; i++) {
-		if (!netns_sh("ip -o link show dev hnbd0 | grep -q 'state UP'"))
+		if (!netns_sh("ip -o link show dev " NETNS_DEV "0 | grep -q "
+			      "'state UP'"))
 			return 0;
 		nanosleep(&ts, NULL);
 	}
@@ -143,11 +148,13 @@ static inline int netns_make(struct netns *n, char *err, size_t len)
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)n->holder);
 	n->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (n->fd < 0 ||
-	    netns_sh("ip link set lo up && ip link add hnbd0 type veth peer "
-		     "name hnbd1 netns %d && ip addr add %s/24 dev hnbd0 && "
-		     "ip link set hnbd0 up", (int)n->holder, NETNS_CLIENT) ||
+	    netns_sh("ip link set lo up && ip link add " NETNS_DEV "0 type "
+		     "veth peer name " NETNS_DEV "1 netns %d && ip addr add "
+		     "%s/24 dev " NETNS_DEV "0 && ip link set " NETNS_DEV "0 "
+		     "up", (int)n->holder, NETNS_CLIENT) ||
 	    netns_sh("nsenter -t %d -n sh -c 'ip link set lo up && ip addr add "
-		     "%s/24 dev hnbd1 && ip link set hnbd1 up'", (int)n->holder,
+		     "%s/24 dev " NETNS_DEV "1 && ip link set " NETNS_DEV "1 "
+		     "up'", (int)n->holder,
 		     NETNS_SERVER) ||
 	    netns_wait_up())
 		return netns_fail(err, len, "setting up the veth pair failed");

@@ -271,6 +271,33 @@ static inline long stats_read_ops(const char *path)
 }
 
 /*
+ * The bytes of the "read:" line of the stats filter's file (it writes
+ * them in MiB, GiB... with two decimals: within 0.5 % from 1 MiB up); -1
+ * when there is none.
+ */
+static inline double stats_read_bytes(const char *path)
+{
+	static const char units[] = "BKMGTP";
+	FILE *f = fopen(path, "r");
+	double v = -1, x;
+	char line[512], unit[8];
+	long ops;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "read: %ld ops, %*f s, %lf %7s", &ops, &x,
+			   unit) == 3) {
+			const char *u = strchr(units, unit[0]);
+
+			v = u ? x * (double)(1ull << (10 * (u - units))) : -1;
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/*
  * Send @cmd ('p' pause, 'r' resume) to the pause filter's control socket
  * and wait for its answer (the command in upper case: after a pause, the
  * requests under way have finished). 0 or -1.
