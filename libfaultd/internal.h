@@ -46,16 +46,13 @@
 #include "bitmap.h"
 #include "compat.h"
 #include "faultd.h"
+#include "img.h"
 #include "inject.h"
+#include "lib.h"
+#include "stats.h"
 #include "uffd.h"
 
 #define FAULTD_EXPORT __attribute__((visibility("default")))
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define container_of(p, type, member)                                          \
-	((type *)((char *)(p) - offsetof(type, member)))
-#define CACHELINE 64
 
 /* Assertions in tiers (as mimalloc): cheap ones always, internal ones with
  * -Ddebug-checks=true. */
@@ -70,124 +67,6 @@
 /* An option struct is usable when it covers the fields up to @field. */
 #define OPTS_HAS(opts, type, field)                                          \
 	((opts)->size >= offsetof(type, field) + sizeof(((type *)0)->field))
-
-/* ------------------------------------------------------------------------
- * stats.c - counters kept per (region, handler thread), summed when read.
- */
-
-/*
- * In the order of the fields of struct faultd_stats after .size: those
- * before latency[], then those after it.
- */
-enum stat_item {
-	ST_FAULTS,
-	ST_ZERO_FILLS,
-	ST_PAGER_FILLS,
-	ST_MAPPED,
-	ST_WP,
-	ST_AROUND,
-	ST_COW,
-	ST_COW_READS,
-	ST_COW_PREPARE,
-	ST_COW_SAVED,
-	ST_FAST,
-	ST_RETRY,
-	ST_ABORT,
-	ST_MISS,
-	ST_LOCKED,
-	ST_EEXIST,
-	ST_EAGAIN,
-	ST_GONE,
-	ST_NO_REGION,
-	ST_POISONED,
-	ST_PAGER_ERRORS,
-	ST_EVENTS,
-	ST_V1_NR, /* the fields before latency[] end here */
-	ST_READAHEAD = ST_V1_NR,
-	ST_RA_HITS,
-	ST_EVICTIONS,
-	ST_WRITEBACKS,
-	ST_BYTES_READ,
-	ST_BYTES_WRITTEN,
-	ST_NR,
-};
-
-/*
- * One writer (the handler thread that owns it) increments with plain
- * relaxed stores; readers sum with relaxed loads. Cache-line aligned so two
- * threads never share a line.
- */
-struct stat_block {
-	uint64_t c[ST_NR];
-	uint64_t lat[FAULTD_HIST_BUCKETS];
-} __attribute__((aligned(CACHELINE)));
-
-static inline void stat_add(struct stat_block *s, enum stat_item i,
-			    uint64_t n)
-{
-	__atomic_store_n(&s->c[i], s->c[i] + n, __ATOMIC_RELAXED);
-}
-
-static inline void stat_inc(struct stat_block *s, enum stat_item i)
-{
-	stat_add(s, i, 1);
-}
-
-/* For a block that several threads count into (a region's bg_stats). */
-static inline void stat_add_shared(struct stat_block *s, enum stat_item i,
-				   uint64_t n)
-{
-	__atomic_fetch_add(&s->c[i], n, __ATOMIC_RELAXED);
-}
-
-void stat_latency(struct stat_block *s, uint64_t ns);
-void stat_latency_shared(struct stat_block *s, uint64_t ns);
-void stat_sum(struct stat_block *acc, const struct stat_block *s);
-void stat_export(struct faultd_stats *out, const struct stat_block *s);
-uint64_t hist_percentile(const uint64_t *hist, double pct);
-
-/*
- * Lock waits and holds, as histograms of ns (the buckets of latency[]),
- * with their count and sum. What they time:
- *  - the fault path's: the context lock read-locked by a fault (its wait,
- *    and its hold: the whole locked resolution), and the region lock held
- *    by a fast-path fault (taken with a try-lock: no wait). Sampled: one
- *    fault in LOCK_SAMPLE of each handler thread is timed, which costs a
- *    counter and a branch per fault and three clock reads per sample;
- *  - the writers': every write-lock of the context lock (wait and hold),
- *    and the region write-locks of destroy and resize (wait: for the faults
- *    in the region to drain). Timed under the context lock held for
- *    writing, so one writer at a time counts into the context's block.
- * Not timed: the context lock's other readers (stats, prefetch, dirty
- * tracking), and the region lock of discards, clones and collections.
- */
-enum lock_item {
-	LK_CTX_READ_WAIT,
-	LK_CTX_READ_HOLD,
-	LK_REGION_READ_HOLD,
-	LK_CTX_WRITE_WAIT,
-	LK_CTX_WRITE_HOLD,
-	LK_REGION_WRITE_WAIT,
-	LK_REGION_WRITE_HOLD,
-	LK_NR,
-};
-
-#define LOCK_SAMPLE 16u /* a power of two */
-
-struct lock_hist {
-	uint64_t n;	/* timed acquisitions */
-	uint64_t ns;	/* their sum */
-	uint64_t b[FAULTD_HIST_BUCKETS];
-};
-
-/* One writer (a handler thread; or writers under map_lock held for
- * writing); read with relaxed loads, like struct stat_block. */
-struct lock_stats {
-	struct lock_hist h[LK_NR];
-} __attribute__((aligned(CACHELINE)));
-
-void lock_record(struct lock_stats *s, enum lock_item i, uint64_t ns);
-void lock_stats_sum(struct lock_stats *acc, const struct lock_stats *s);
 
 struct handler;
 void ctx_retire_handler(struct faultd_ctx *ctx, const struct handler *h);
@@ -277,17 +156,6 @@ void fd_log(const struct faultd_ctx *ctx, int level, const char *fmt, ...)
  */
 
 int opts_copy(void *dst, size_t dst_size, const void *src, size_t min);
-
-/* cmdline.c - the command lines of faultd and faultctl */
-unsigned int cmdline_uint(const char *prog, const char *opt, const char *arg,
-			  unsigned int min, unsigned int max);
-
-/* ------------------------------------------------------------------------
- * thread.c - the library's own threads: named, signals blocked.
- */
-
-int thread_start(pthread_t *t, void *(*fn)(void *), void *arg,
-		 const char *name);
 
 /* ------------------------------------------------------------------------
  * lock.c - the context lock; writer-preferring rwlocks.
@@ -741,184 +609,6 @@ void evict_take_range(struct faultd_region *r, uint64_t off, size_t len,
  */
 
 bool pager_is_file(const struct faultd_pager *p);
-
-/* ------------------------------------------------------------------------
- * ring.c - file I/O through io_uring, a ring per thread.
- */
-
-int ring_probe(void);
-ssize_t ring_rw(int fd, bool write, uint64_t off, void *buf, size_t len);
-void ring_thread_close(void);
-
-/* ------------------------------------------------------------------------
- * crc32c.c
- */
-
-uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
-uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len);
-
-/* ------------------------------------------------------------------------
- * image.c - checkpoint images: the format (shared with the daemon) and
- * reading. Fields are in the host's byte order: an image is read on the
- * kind of machine that wrote it. faultd-image(5) is the reference.
- */
-
-#define IMG_MAGIC "FAULTDIM"
-#define IMG_VERSION 3		/* written; version 2 is read too */
-#define IMG_VERSION_MIN 2
-#define IMG_BLOCK (64ul << 10) /* storage, checksum and read unit */
-#define IMG_CHUNK 4096ul	/* table unit: entries, then their check */
-#define IMG_TRAILER 32ul	/* the check at the end of a table chunk */
-#define IMG_INCREMENTAL (1ull << 0)
-#define IMG_MAC (1ull << 1)	/* checks are MACs (mac_alg), not CRC32Cs */
-#define IMG_FLAGS (IMG_INCREMENTAL | IMG_MAC)
-
-enum img_mac_alg {		/* with IMG_MAC: which MAC (0 without) */
-	IMG_ALG_HMAC_SHA256 = 0, /* the only one of version 2 */
-	IMG_ALG_GMAC_AES256 = 1, /* version 3 on; what is written */
-};
-
-struct img_header {
-	char magic[8];		/* IMG_MAGIC */
-	uint32_t version;	/* IMG_VERSION */
-	uint32_t header_size;	/* sizeof(struct img_header) */
-	uint32_t page_size;	/* 4096 */
-	uint32_t block_size;	/* IMG_BLOCK */
-	uint64_t region_len;	/* bytes of region the image covers */
-	uint64_t flags;		/* IMG_INCREMENTAL, IMG_MAC */
-	uint64_t nr_extents;
-	uint64_t extents_off;	/* file offset of the extent table */
-	uint64_t data_off;	/* file offset of data block 0 (IMG_BLOCK) */
-	uint64_t nr_blocks;	/* data blocks */
-	uint64_t checks_off;	/* file offset of the check table */
-	uint64_t base_addr;	/* where the region was (information) */
-	uint8_t id[16];		/* random: this image */
-	uint8_t parent_id[16];	/* incremental: the parent's id */
-	char parent[256];	/* incremental: the parent's file name, in the
-				   same directory; NUL-terminated */
-	uint32_t chunk_size;	/* IMG_CHUNK */
-	uint32_t mac_alg;	/* enum img_mac_alg (version 2: reserved, 0) */
-	uint8_t header_mac[32];	/* IMG_MAC: of this header, it and
-				   header_crc 0; a shorter MAC's rest 0 */
-	uint32_t header_crc;	/* CRC32C of this header, this field 0 */
-	uint32_t reserved2;
-};
-
-enum img_kind {
-	IMG_DATA = 1,	/* blocks stored at data_block.. */
-	IMG_ZERO = 2,	/* blocks of zeros, not stored */
-};
-
-struct img_extent {
-	uint64_t offset;	/* region offset, a multiple of IMG_BLOCK */
-	uint64_t blocks;
-	uint64_t data_block;	/* IMG_DATA: its first data block */
-	uint32_t kind;		/* enum img_kind */
-	uint32_t reserved;
-};
-
-/* Extents in a table chunk. */
-#define IMG_EXT_PER_CHUNK ((IMG_CHUNK - IMG_TRAILER) / sizeof(struct img_extent))
-
-struct img_checker;
-
-struct img_slot {		/* a table chunk in the cache */
-	uint64_t tag;		/* IMG_TAG_*: which table, and the chunk */
-	uint64_t used;		/* the cache's tick at the last use */
-	char *buf;		/* IMG_CHUNK bytes, checked */
-};
-
-#define IMG_CACHE_SLOTS 32	/* 128 KiB of table chunks per image */
-
-/*
- * Where the bytes of an image that is no local file come from: a
- * daemon's source (an NBD export of the image file). read() copies any
- * [off, off + len) of the file, inside @len, and returns @len or -errno
- * (-EIO: not to be had; the image's reads are all inside the length its
- * open checked); IMG_READ_URGENT when a fault waits for it. willneed()
- * is a hint (NULL: none). Called from any thread, several at once.
- */
-struct img_reader {
-	ssize_t (*read)(void *arg, uint64_t off, void *buf, size_t len,
-			unsigned int flags);
-	void (*willneed)(void *arg, uint64_t off, uint64_t len);
-	void *arg;
-	uint64_t len;		/* of the image file */
-};
-
-#define IMG_READ_URGENT (1u << 0)
-
-struct image {
-	int fd;			/* -1: read through rd */
-	struct img_reader rd;
-	struct img_header h;
-	struct img_checker *chk;	/* computes and compares the checks */
-	uint64_t ext_chunks, check_chunks;
-	size_t check_size;		/* bytes of one check: 4, 16 or 32 */
-	/* The table chunks in use: lock protects the slots and the tick;
-	 * held only to look a chunk up or put one in, never across I/O. */
-	pthread_mutex_t lock;
-	struct img_slot slot[IMG_CACHE_SLOTS];
-	unsigned int nr_slots;
-	unsigned int hint;		/* the slot of the last extent found */
-	uint64_t tick;
-	struct image *parent;		/* incremental images */
-};
-
-/* A key that authenticates images: the user's, or one image's own. */
-struct img_key {
-	uint8_t key[32];
-	bool image_key;		/* key is the derived key of one image
-				   (what the daemon is given), not a user's */
-};
-
-int image_open(int fd, const char *path, const struct img_key *key,
-	       struct image **imgp, const char **why);
-int image_open_reader(const struct img_reader *rd, const struct img_key *key,
-		      struct image **imgp, const char **why);
-int image_header_check(const struct img_header *h, uint64_t file_len,
-		       const char **why);
-int image_open_header(const struct img_header *h, uint64_t file_len,
-		      const struct img_key *key, struct image **imgp,
-		      const char **why);
-int image_file_open(const char *path);
-void image_close(struct image *img);
-ssize_t image_read(struct image *img, uint64_t off, void *buf, size_t len);
-ssize_t image_read_flags(struct image *img, uint64_t off, void *buf,
-			 size_t len, unsigned int flags);
-void image_willneed(struct image *img, uint64_t off, uint64_t len);
-int image_extent(struct image *img, uint64_t i, struct img_extent *e);
-int image_extent_at(struct image *img, uint64_t off, uint64_t *start,
-		    uint64_t *len);
-int image_key_of(const struct image *img, struct img_key *out);
-
-/* ------------------------------------------------------------------------
- * imgcheck.c - the checks of an image's blocks, table chunks and header:
- * CRC32C, or a MAC (AES-256-GMAC, or HMAC-SHA256; OpenSSL) under a key
- * derived for the image.
- */
-
-enum img_label {	/* what a check covers, bound into it with its index */
-	IMG_L_HEADER = 1,
-	IMG_L_EXTENTS = 2,
-	IMG_L_CHECKS = 3,
-	IMG_L_DATA = 4,
-};
-
-#define IMG_CHECK_MAX 32
-
-int img_key_load(const char *path, struct img_key *key);
-size_t img_check_size_of(const struct img_header *h);
-int img_checker_new(const struct img_header *h, const struct img_key *key,
-		    struct img_checker **cp);
-void img_checker_free(struct img_checker *c);
-size_t img_check_size(const struct img_checker *c);
-int img_check(struct img_checker *c, enum img_label label, uint64_t index,
-	      const void *p, size_t len, uint8_t *out);
-int img_check_verify(struct img_checker *c, enum img_label label,
-		     uint64_t index, const void *p, size_t len,
-		     const uint8_t *want);
-void img_checker_key(const struct img_checker *c, struct img_key *out);
 
 /* ------------------------------------------------------------------------
  * restore.c - restored regions.

@@ -24,6 +24,7 @@
 
 #include "compat.h"
 #include "faultd.h"
+#include "lib.h"
 
 /* ------------------------------------------------------------------------
  * uffd.c - the userfaultfd system call and ioctls, feature probe, result
@@ -57,9 +58,6 @@ int uffd_wake(int fd, uintptr_t start, size_t len);
 int uffd_writeprotect(int fd, uintptr_t start, size_t len, bool wp);
 ssize_t uffd_poison(int fd, uintptr_t start, size_t len, uint64_t mode);
 enum uffd_outcome uffd_classify(ssize_t ret);
-
-/* stats.c: CLOCK_MONOTONIC in nanoseconds, the clock of every latency. */
-uint64_t now_ns(void);
 
 /* ------------------------------------------------------------------------
  * Fault results: what handling one fault came to, for every server of

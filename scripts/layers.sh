@@ -4,7 +4,9 @@
 # above (daemon/common/common.h draws them), so no cycle can run between
 # folders. Two checks, each of which would catch a slip the other missed:
 #
-#   includes  a file of a folder includes no header of a folder above;
+#   includes  a file of a folder includes no header of a folder above,
+#             nor the library's private internal.h (the daemon uses the
+#             library through its narrow headers);
 #   symbols   an object of a folder calls or reads no symbol that only an
 #             object of a folder above defines (nm of the built objects:
 #             what the daemon links, not what it says it includes).
@@ -44,6 +46,13 @@ for l in $order; do
 	for f in "$src"/daemon/$l/*.[ch]; do
 		[ -e "$f" ] || continue
 		sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f" | while read -r h; do
+			if [ "$h" = internal.h ]; then
+				echo "layers: daemon/$l/$(basename "$f") includes" \
+				     "the library's internal.h (use its narrow" \
+				     "headers: uffd.h, lib.h, stats.h, img.h...)"
+				echo x >>"$tmp/bad"
+				continue
+			fi
 			hl=$(awk -v h="$h" '$1 == h { print $2 }' "$tmp/headers")
 			[ -n "$hl" ] || continue # the library's, or generated
 			if [ "$(rank "$hl")" -gt "$r" ]; then
@@ -82,7 +91,7 @@ for o in $objs; do
 done
 
 if [ -s "$tmp/bad" ]; then
-	echo "layers: $(wc -l <"$tmp/bad") uses run up a layer ($order, bottom first)"
+	echo "layers: $(wc -l <"$tmp/bad") uses break the layers ($order, bottom first; no internal.h)"
 	exit 1
 fi
 echo "layers: $(echo "$objs" | wc -l) objects and their headers use only their layer and those below ($order)"

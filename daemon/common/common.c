@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "internal.h"
+#include "lib.h"
+#include "uffd.h"
 
 /*
  * why_set() - the reason of an error, for a caller that answers with a

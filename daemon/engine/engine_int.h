@@ -9,8 +9,10 @@
 
 #include <pthread.h>
 
+#include "bitmap.h"
 #include "engine.h"
-#include "internal.h"
+#include "stats.h"
+#include "uffd.h"
 
 #define PUSHERS 2		/* push threads per session */
 

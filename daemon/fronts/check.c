@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "engine.h"
-#include "internal.h"
+#include "img.h"
 #include "peer.h"
 #include "proto.h"
 

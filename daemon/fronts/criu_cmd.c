@@ -43,8 +43,8 @@
 
 #include "criu.h"
 #include "front.h"
-#include "internal.h"
 #include "lazy_pages.h"
+#include "lib.h"
 
 #define SOCK_NAME "lazy-pages.socket"
 #define SUM_NAME "faultd-pages.crc32c"

@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "front.h"
-#include "internal.h"
 #include "image.h"
+#include "img.h"
 #include "nbd.h"
 #include "nbd_allow.h"
 

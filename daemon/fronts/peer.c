@@ -34,8 +34,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "internal.h"
+#include "lib.h"
 #include "peer.h"
+#include "uffd.h"
 
 /* The lines of /proc/PID/status that are the process's credentials. */
 static const char *const cred_lines[] = { "Uid:", "Gid:", "Groups:",

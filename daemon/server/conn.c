@@ -39,6 +39,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib.h"
 #include "server.h"
 #include "sockfile.h"
 

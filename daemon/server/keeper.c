@@ -23,8 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server.h"
 #include "keep_proto.h"
+#include "lib.h"
+#include "server.h"
 #include "sockfile.h"
 
 #define ENTRIES_MAX 4096

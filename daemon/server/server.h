@@ -17,7 +17,6 @@
 #include <stdio.h>
 
 #include "front.h"
-#include "internal.h"
 #include "proto.h"
 
 /* main.c */

@@ -25,7 +25,7 @@
 #include "common.h"
 #include "criu-mem.h"
 #include "criu-images.pb-c.h"
-#include "internal.h"
+#include "lib.h"
 
 /* mmap flags and CRIU's VMA status bits of a VMA CRIU registers. */
 #define VMA_AREA_VSYSCALL (1u << 2)

@@ -25,7 +25,7 @@
 
 #include "common.h"
 #include "criu-mem.h"
-#include "internal.h"
+#include "lib.h"
 
 #define SUM_MAGIC "FDCRCSUM"
 #define SUM_VERSION 1u

@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "internal.h"
 #include "extents.h"
 #include "file.h"
+#include "lib.h"
 
 struct src_file {
 	struct source s;

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "image.h"
-#include "internal.h"
+#include "img.h"
 #include "wset.h"
 
 struct src_image {

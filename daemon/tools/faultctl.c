@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "lib.h"
 #include "proto.h"
 
 static const char *sock_path;

@@ -22,7 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
 #include "tools.h"
 #include "wset.h"
 
