@@ -1593,7 +1593,13 @@ static void store_remove(struct fdstore *st, const char *name)
 		}
 }
 
-/* Read every notification waiting on @ns, as systemd would. */
+/*
+ * Read every notification waiting on @ns, as systemd would. Each is
+ * received and recorded under st->lock: the drainer thread and the test
+ * both drain, and a notification one of them has received but not yet
+ * recorded would be missing from what the other sees as drained (and
+ * two could be recorded out of their order).
+ */
 static void store_drain(int ns, struct fdstore *st)
 {
 	for (;;) {
@@ -1607,13 +1613,16 @@ static void store_drain(int ns, struct fdstore *st)
 				     .msg_control = u.c,
 				     .msg_controllen = sizeof(u.c) };
 		struct cmsghdr *cm;
-		ssize_t n = recvmsg(ns, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		ssize_t n;
 		int fd = -1;
 
-		if (n < 0)
-			return;
-		buf[n] = 0;
 		pthread_mutex_lock(&st->lock);
+		n = recvmsg(ns, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n < 0) {
+			pthread_mutex_unlock(&st->lock);
+			return;
+		}
+		buf[n] = 0;
 		for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
 			if (cm->cmsg_type == SCM_RIGHTS)
 				memcpy(&fd, CMSG_DATA(cm), sizeof(fd));

@@ -366,11 +366,15 @@ static int client_end(pid_t pid)
 /* The client's end, 0; else the daemon's log is shown. */
 static void client_ok(int how)
 {
-	char cmd[200];
+	char cmd[400];
 
 	if (!how)
 		return;
-	snprintf(cmd, sizeof(cmd), "tail -n 30 %s >&2", dlog_path);
+	/* Without the lines of poisoned pages: thousands of them would
+	 * hide the reason above them. */
+	snprintf(cmd, sizeof(cmd), "grep -c ': poisoned$' %s >&2; "
+		 "grep -v ': poisoned$' %s | tail -n 40 >&2", dlog_path,
+		 dlog_path);
 	if (system(cmd))
 		fprintf(stderr, "no log in %s\n", dlog_path);
 	cr_assert_fail("the client ended with %d (exit codes above 100: "
