@@ -22,7 +22,7 @@
 
 #include "internal.h" /* stat_block and its histogram, shared with the library */
 
-#define BENCH_MAX_METRICS 8
+#define BENCH_MAX_METRICS 10
 #define BENCH_MAX_VARIANTS 16
 #define BENCH_MAX_RATIOS 12
 #define BENCH_MAX_THREADS 256

@@ -9,28 +9,35 @@
  * Variants (the same dump; the driver interleaves them round by round):
  *   criu-lazy-pages   `criu lazy-pages -D DIR`
  *   faultd-lazy-pages `faultd lazy-pages -D DIR` (this build's faultd)
- * Metrics (t0: just before `criu restore` starts; the workload stamps its
- * accesses itself, in CLOCK_REALTIME, the one clock that a restored
- * process - in CRIU's time namespace - shares with us):
- *   first_access_ms   t0 to the end of the process's first read (one word
- *                     of the first page the sequential reader below
- *                     reads, right after criu restore returned)
- *   all_in_ms         t0 to the exit of the lazy-pages daemon, the process
- *                     idle (it checks its memory afterwards)
- *   seq_us_per_page   the cost of fault service for a sequential reader:
- *                     one word per page, in order, over the last eighth of
- *                     region 0, started when criu restore returned; its
- *                     time / its pages. Both daemons start their background
- *                     copy at the lowest address, and region 0 is the
- *                     workload's highest memory after its libraries, so
- *                     the copy is behind the reader for the whole pass:
- *                     every page the reader touches comes by a fault (or,
- *                     for faultd, by the fault-around of one and by the
- *                     push it sends on ahead of the reader)
- *   random_gb_per_s   the task's lazy bytes / (the exit of the daemon - the
- *                     start of a reader touching every page once in a
- *                     random order): how fast memory arrives while a
- *                     process faults at random
+ *
+ * Three restores a round. In two, the restored program runs at once, as a
+ * restored service warming up does: when criu restore returns it reads one
+ * word of every page of region 0 (its memory but 4 MiB) in order ("seq")
+ * or in a random order ("random"), each read timed, while the daemon's
+ * background copy runs; then it checks every byte. In the third it is
+ * idle until the daemon exited. Metrics (t0: just before `criu restore`
+ * starts; the workload stamps its accesses itself, in CLOCK_REALTIME, the
+ * one clock that a restored process - in CRIU's time namespace - shares
+ * with us):
+ *   busy_all_in_ms    t0 to the exit of the lazy-pages daemon, the
+ *                     program reading in order from the start
+ *   busy_pass_ms      t0 to the end of that first full pass
+ *   random_all_in_ms  the same two with the program reading at random
+ *   random_pass_ms
+ *   random_p50_us     median and 99th percentile of one read of the
+ *   random_p99_us     random pass: the fault service as the program
+ *                     feels it during the background copy
+ *   seq_p99_us        the same for the reader in order
+ *   cpu_ms_per_gib    CPU time (user + system) of the lazy-pages daemon
+ *                     and its threads in the restore read in order, per
+ *                     GiB of the task's lazy memory
+ *   idle_all_in_ms    t0 to the exit of the daemon, the program idle
+ *   first_access_ms   t0 to the end of the program's first read (in the
+ *                     restore read in order)
+ * FAULTD_BENCH_CRIU_TRACE=FILE appends a line per restore to FILE: the
+ * lazy-pages daemon's CPU and context switches, and faultd's summary.
+ * FAULTD_BENCH_LP_ARGS adds its words to faultd lazy-pages' arguments
+ * (--fault-around KIB, --handlers N: settings measured side by side).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -52,8 +60,11 @@
 #include "criu.h"
 
 enum { V_CRIU, V_FAULTD };
-enum { M_FIRST, M_ALL_IN, M_SEQ, M_RANDOM };
-enum { GO_SEQ = 1, GO_RANDOM = 2, GO_CHECK = 3, GO_SEQ_TOP = 4 };
+enum {
+	M_BUSY_ALL_IN, M_BUSY_PASS, M_RANDOM_ALL_IN, M_RANDOM_PASS,
+	M_RANDOM_P50, M_RANDOM_P99, M_SEQ_P99, M_CPU, M_IDLE_ALL_IN, M_FIRST,
+};
+enum { GO_SEQ = 1, GO_RANDOM = 2, GO_CHECK = 3 };
 /* workload.c */
 
 #define DEADLINE_MS 300000
@@ -65,7 +76,6 @@ static struct {
 	char dump[96];
 	pid_t pid;		/* the workload's pid, in every restore */
 	uint64_t lazy_bytes;	/* of the task, from our reader */
-	uint64_t pages;		/* region 0 */
 } cs;
 
 static uint64_t real_ns(void)
@@ -113,8 +123,11 @@ static pid_t spawn(char *const argv[], int keep)
 	return pid;
 }
 
-/* Wait for child @pid at most DEADLINE_MS: its status, or -ETIMEDOUT. */
-static int wait_child(pid_t pid)
+/*
+ * Wait for child @pid at most DEADLINE_MS: its status, or -ETIMEDOUT;
+ * @ru (if set): what it and its threads used.
+ */
+static int wait_child_ru(pid_t pid, struct rusage *ru)
 {
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0), st = -1;
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -128,8 +141,19 @@ static int wait_child(pid_t pid)
 		return -ETIMEDOUT;
 	}
 	close(fd);
-	waitpid(pid, &st, 0);
+	if (wait4(pid, &st, 0, ru) != pid)
+		return -errno;
 	return st;
+}
+
+static int wait_child(pid_t pid)
+{
+	return wait_child_ru(pid, NULL);
+}
+
+static double tv_ms(struct timeval tv)
+{
+	return (double)tv.tv_sec * 1e3 + (double)tv.tv_usec / 1e3;
 }
 
 static bool exited_0(int st)
@@ -198,11 +222,14 @@ static pid_t criu_start(const char *args, int *status)
 static pid_t lazy_pages_start(unsigned int v)
 {
 	const char *faultd = getenv("FAULTD");
-	char args[256], c;
+	const char *extra = getenv("FAULTD_BENCH_LP_ARGS");
+	char args[512], c;
 	int status;
 	pid_t pid;
 
-	snprintf(args, sizeof(args), "lazy-pages -D %s -o lazy.log", cs.dump);
+	snprintf(args, sizeof(args), "lazy-pages -D %s -o lazy.log%s%s", cs.dump,
+		 v == V_FAULTD && extra ? " " : "",
+		 v == V_FAULTD && extra ? extra : "");
 	pid = run_start(v == V_CRIU ? cs.criu : faultd ? faultd : FAULTD_PATH,
 			args, &status);
 	if (pid < 0 || read_all(status, &c, 2) != 1) {
@@ -239,7 +266,6 @@ static int dump_workload(const struct bench_opts *o)
 		return -EIO;
 	}
 	close(p[0]);
-	cs.pages = len / 4096;
 	snprintf(args, sizeof(args), "dump -t %d -D %s -o dump.log",
 		 (int)cs.pid, cs.dump);
 	st = wait_child(criu_start(args, NULL));
@@ -325,10 +351,60 @@ static uint64_t field(const char *line, const char *name)
 	return p ? strtoull(p + strlen(key), NULL, 0) : 0;
 }
 
+static double ms_from(uint64_t t0, uint64_t t)
+{
+	return (double)(t - t0) / 1e6;
+}
+
 struct one {
 	uint64_t t0, t_restored, t_all_in;
+	struct rusage ru;		/* of the lazy-pages daemon */
 	char line[512];
 };
+
+/* The last line of @path that starts with @prefix, into @line. */
+static void last_line(const char *path, const char *prefix, char *line,
+		      size_t len)
+{
+	FILE *f = fopen(path, "r");
+	char buf[1024];
+
+	line[0] = '\0';
+	while (f && fgets(buf, sizeof(buf), f))
+		if (!strncmp(buf, prefix, strlen(prefix)))
+			snprintf(line, len, "%s", buf);
+	if (f)
+		fclose(f);
+	line[strcspn(line, "\n")] = '\0';
+}
+
+/*
+ * With FAULTD_BENCH_CRIU_TRACE=FILE, a line per restore appended to FILE:
+ * where the lazy-pages daemon's time went (its rusage: CPU, voluntary and
+ * involuntary context switches) and faultd's own summary line.
+ */
+static void trace(unsigned int v, int go, const struct one *r)
+{
+	const char *path = getenv("FAULTD_BENCH_CRIU_TRACE");
+	static const char *const mode[] = { "idle", "seq", "random" };
+	char log[128], summary[1024];
+	FILE *f;
+
+	if (!path || !(f = fopen(path, "a")))
+		return;
+	snprintf(log, sizeof(log), "%s/lazy.log", cs.dump);
+	last_line(log, "faultd lazy-pages: ", summary, sizeof(summary));
+	fprintf(f, "%s %s all_in_ms=%.1f pass_ms=%.1f user_ms=%.1f "
+		"sys_ms=%.1f vcsw=%ld ivcsw=%ld p50_us=%.1f p99_us=%.1f%s%s\n",
+		v == V_CRIU ? "criu" : "faultd", mode[go < 3 ? go : 0],
+		ms_from(r->t0, r->t_all_in),
+		go ? ms_from(r->t0, field(r->line, "t_end")) : 0.0,
+		tv_ms(r->ru.ru_utime), tv_ms(r->ru.ru_stime), r->ru.ru_nvcsw,
+		r->ru.ru_nivcsw, (double)field(r->line, "lat_p50") / 1e3,
+		(double)field(r->line, "lat_p99") / 1e3,
+		v == V_FAULTD ? " | " : "", v == V_FAULTD ? summary : "");
+	fclose(f);
+}
 
 /*
  * One restore served by variant @v's lazy-pages daemon. @go: sent as soon as criu
@@ -358,7 +434,7 @@ static int restore_once(unsigned int v, int go, struct one *r)
 	}
 	if (go && sigqueue(cs.pid, SIGUSR1, (union sigval){ .sival_int = go }))
 		return -errno;
-	st = wait_child(lp);
+	st = wait_child_ru(lp, &r->ru);
 	r->t_all_in = real_ns();
 	if (!go && sigqueue(cs.pid, SIGUSR1,
 			    (union sigval){ .sival_int = GO_CHECK }))
@@ -372,6 +448,7 @@ static int restore_once(unsigned int v, int go, struct one *r)
 	if (n <= 0)
 		return -EIO;
 	r->line[n] = '\0';
+	trace(v, go, r);
 	return strstr(r->line, " ok=1 ") ? 0 : -EBADMSG;
 }
 
@@ -379,37 +456,42 @@ static int criu_run(const struct bench_opts *o, unsigned int v,
 		    struct sample *out)
 {
 	struct one idle, seq, rnd;
-	uint64_t go;
+	double *m = out->value;
 
 	out->skipped = setup(o);
 	if (out->skipped)
 		return 0;
-	if (restore_once(v, 0, &idle) || restore_once(v, GO_SEQ_TOP, &seq) ||
-	    restore_once(v, GO_RANDOM, &rnd)) {
+	if (restore_once(v, GO_SEQ, &seq) || restore_once(v, GO_RANDOM, &rnd) ||
+	    restore_once(v, 0, &idle)) {
 		fprintf(stderr, "criu: a restore failed or a byte was wrong "
 				"(logs in %s)\n", cs.dir);
 		cs.dir[0] = '\0'; /* keep them */
 		return -EIO;
 	}
-	out->value[M_FIRST] = (double)(field(seq.line, "t_first") - seq.t0) / 1e6;
-	out->value[M_ALL_IN] = (double)(idle.t_all_in - idle.t0) / 1e6;
-	out->value[M_SEQ] = (double)(field(seq.line, "t_end") -
-				     field(seq.line, "t_go")) /
-			    1e3 / (double)(cs.pages - cs.pages / 8 * 7);
-	go = field(rnd.line, "t_go");
-	out->value[M_RANDOM] = (double)cs.lazy_bytes /
-			       (double)(rnd.t_all_in - go);
+	m[M_BUSY_ALL_IN] = ms_from(seq.t0, seq.t_all_in);
+	m[M_BUSY_PASS] = ms_from(seq.t0, field(seq.line, "t_end"));
+	m[M_RANDOM_ALL_IN] = ms_from(rnd.t0, rnd.t_all_in);
+	m[M_RANDOM_PASS] = ms_from(rnd.t0, field(rnd.line, "t_end"));
+	m[M_RANDOM_P50] = (double)field(rnd.line, "lat_p50") / 1e3;
+	m[M_RANDOM_P99] = (double)field(rnd.line, "lat_p99") / 1e3;
+	m[M_SEQ_P99] = (double)field(seq.line, "lat_p99") / 1e3;
+	m[M_CPU] = (tv_ms(seq.ru.ru_utime) + tv_ms(seq.ru.ru_stime)) /
+		   ((double)cs.lazy_bytes / (double)(1ull << 30));
+	m[M_IDLE_ALL_IN] = ms_from(idle.t0, idle.t_all_in);
+	m[M_FIRST] = ms_from(seq.t0, field(seq.line, "t_first"));
 	return 0;
 }
 
 const struct scenario scenario_criu = {
 	.name = "criu",
 	.desc = "CRIU dumps a process; criu restore --lazy-pages served by "
-		"each variant: first access, all in, sequential and random "
-		"readers",
-	.metrics = { "first_access_ms", "all_in_ms", "seq_us_per_page",
-		     "random_gb_per_s" },
-	.nmetrics = 4,
+		"each variant, the program reading its memory from the start "
+		"(in order, at random) or idle",
+	.metrics = { "busy_all_in_ms", "busy_pass_ms", "random_all_in_ms",
+		     "random_pass_ms", "random_p50_us", "random_p99_us",
+		     "seq_p99_us", "cpu_ms_per_gib", "idle_all_in_ms",
+		     "first_access_ms" },
+	.nmetrics = 10,
 	.variants = { "criu-lazy-pages", "faultd-lazy-pages" },
 	.nvariants = 2,
 	.ratios = { { V_FAULTD, V_CRIU } },

@@ -41,7 +41,9 @@
  *
  * Each process appends one line to FILE ("role=parent ok=1 bad=0 ...",
  * with CLOCK_REALTIME times in ns: t_go when SIGUSR1 came, t_first after
- * the first read, t_end after the timed pass, t_done after the check) and
+ * the first read, t_end after the timed pass, t_done after the check; and
+ * lat_p50, lat_p99: the median and 99th percentile ns of one read of the
+ * timed pass, 0 without one) and
  * exits 0 when every byte was right, 1 when not, 2 on a usage or setup
  * error.
  */
@@ -76,6 +78,7 @@ struct wl {
 	size_t bad[MAX_THREADS];
 	uint64_t first_bad;
 	uint64_t t_go, t_first, t_end, t_done;
+	uint64_t lat_p50, lat_p99;	/* ns of one read of the timed pass */
 };
 
 /*
@@ -219,40 +222,80 @@ static void tell_ready(const struct wl *w, int fd)
 	close(fd);
 }
 
-/* One word per page of region 0 from page @from on, in order or in a
- * random order. */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* A fresh, populated anonymous array: after the restore, so that neither
+ * its pages nor the heap's come from the lazy-pages daemon. */
+static uint32_t *fresh_array(size_t n)
+{
+	void *p = mmap(NULL, n * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+	if (p == MAP_FAILED)
+		die("mmap");
+	return p;
+}
+
+/* @order: 0, 1, ... @pages - 1, shuffled when @random. */
+static uint32_t *pass_order(const struct wl *w, size_t pages, bool random)
+{
+	uint32_t *order = fresh_array(pages);
+	uint64_t x = w->seed | 1;
+
+	for (size_t i = 0; i < pages; i++)
+		order[i] = (uint32_t)i;
+	for (size_t i = pages - 1; random && i > 0; i--) {
+		size_t j;
+		uint32_t t;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		j = x % (i + 1);
+		t = order[i], order[i] = order[j], order[j] = t;
+	}
+	return order;
+}
+
+/*
+ * One word per page of region 0 from page @from on, in order or in a
+ * random order, each read timed: its p50 and p99 are what a restored
+ * program feels of the fault service (a page already in costs ~0).
+ */
 static void timed_pass(struct wl *w, bool random, size_t from)
 {
 	size_t pages = w->len / WL_PAGE - from;
+	uint32_t *order = pass_order(w, pages, random);
+	uint32_t *lat = fresh_array(pages);
 	volatile uint64_t sink = 0;
-	uint32_t *order = NULL;
-	uint64_t x = w->seed | 1;
 
-	if (random) {
-		order = malloc(pages * sizeof(*order));
-		if (!order)
-			die("malloc");
-		for (size_t i = 0; i < pages; i++)
-			order[i] = (uint32_t)i;
-		for (size_t i = pages - 1; i > 0; i--) {
-			size_t j;
-			uint32_t t;
-
-			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-			j = x % (i + 1);
-			t = order[i], order[i] = order[j], order[j] = t;
-		}
-	}
 	for (size_t i = 0; i < pages; i++) {
-		size_t pg = from + (order ? order[i] : i);
+		size_t pg = from + order[i];
+		uint64_t t = mono_ns();
 
 		sink += *(volatile uint64_t *)r0_at(w, pg * WL_PAGE);
+		lat[i] = (uint32_t)(mono_ns() - t);
 		if (i == 0)
 			w->t_first = now_ns();
 	}
 	w->t_end = now_ns();
 	(void)sink;
-	free(order);
+	qsort(lat, pages, sizeof(*lat), cmp_u32);
+	w->lat_p50 = lat[pages / 2];
+	w->lat_p99 = lat[pages - 1 - pages / 100];
+	munmap(order, pages * sizeof(*order));
+	munmap(lat, pages * sizeof(*lat));
 }
 
 /* Wait for SIGUSR1 (blocked since the start). */
@@ -307,14 +350,16 @@ static int report(struct wl *w, const char *role, size_t bad,
 
 	n = snprintf(line, sizeof(line),
 		     "role=%s pid=%d mode=%s ok=%d bad=%zu first_bad=%#llx "
-		     "pages=%zu t_go=%llu t_first=%llu t_end=%llu t_done=%llu"
-		     "%s\n", role, (int)getpid(), w->mode, !bad, bad,
+		     "pages=%zu t_go=%llu t_first=%llu t_end=%llu t_done=%llu "
+		     "lat_p50=%llu lat_p99=%llu%s\n", role, (int)getpid(), w->mode, !bad, bad,
 		     (unsigned long long)w->first_bad,
 		     (w->len + WL_SPARSE_LEN) / WL_PAGE,
 		     (unsigned long long)w->t_go,
 		     (unsigned long long)w->t_first,
 		     (unsigned long long)w->t_end,
-		     (unsigned long long)w->t_done, extra);
+		     (unsigned long long)w->t_done,
+		     (unsigned long long)w->lat_p50,
+		     (unsigned long long)w->lat_p99, extra);
 	fd = open(w->result, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (fd < 0 || write(fd, line, (size_t)n) != n)
 		die("write result");
