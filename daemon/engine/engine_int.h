@@ -43,6 +43,10 @@ struct space {
 	struct source *src;	/* a reference of the session's sources */
 	size_t page_size;
 	size_t around;		/* fault-around window, bytes */
+	/* A reader in order (around_now()): where the window of the last
+	 * fault ended (a source offset), and its width. Hints, read and set
+	 * by every handler without a lock. */
+	atomic_uint_fast64_t seq_end, seq_win;
 	bool huge;		/* hugetlb: zeros are copied */
 
 	pthread_rwlock_t ev_lock; /* reads of events against installs */
@@ -175,6 +179,7 @@ bool daemon_stopping(void);
 void session_wake(struct session *s);
 void session_note_all_in(struct session *s);
 void session_note_fault(struct session *s, struct space *sp, uint64_t page);
+void session_push_after(struct session *s, struct space *sp, uint64_t addr);
 int session_record_save(struct session *s);
 void session_record_end(struct session *s);
 

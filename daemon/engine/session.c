@@ -461,8 +461,14 @@ void session_note_fault(struct session *s, struct space *sp, uint64_t page)
 	atomic_fetch_add(&s->faults, 1);
 	if (atomic_compare_exchange_strong(&s->first_fault_ns, &zero, now))
 		pthread_cond_broadcast(&s->push_cond);
+	session_push_after(s, sp, page + sp->page_size);
+}
+
+/* The push goes on from @addr of @sp: after what a fault installs. */
+void session_push_after(struct session *s, struct space *sp, uint64_t addr)
+{
 	atomic_store(&s->push_space, sp);
-	atomic_store(&s->push_from, page + sp->page_size);
+	atomic_store(&s->push_from, addr);
 	atomic_fetch_add(&s->push_hint_seq, 1);
 }
 

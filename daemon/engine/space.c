@@ -41,6 +41,8 @@
 #include "engine_int.h"
 
 #define AROUND_DEFAULT (64ul << 10)
+/* The most a fault of a reader in order installs (around_now()). */
+#define SEQ_AROUND_MAX (1ul << 20)
 #define ZERO_AROUND (2ul << 20) /* most zeros one fault resolves */
 #define FAULT_TRIES 8		/* re-plans before a fault is parked */
 #define PUSH_BUF (1ul << 20)	/* what a re-check reads at once */
@@ -529,6 +531,39 @@ static bool src_zero(struct space *sp, uint64_t soff)
 }
 
 /*
+ * The fault-around window of a fault at source offset @soff: sp->around,
+ * doubled for each fault that lands near the end of the last fault's
+ * window (a reader in order), up to SEQ_AROUND_MAX; a fault elsewhere
+ * starts again from sp->around. A reader in order catches up with the
+ * push at once (a page in costs it nothing) and then faults at every
+ * piece the push has not reached: each fault costs it a wake-up, and
+ * the pages its window takes are those the push would install next.
+ * Measured (faultd-bench run criu, 256 MiB, the program reading in order
+ * from the start): 1500 faults and all in at 1.27x criu lazy-pages' time
+ * with 64 KiB windows. A recording space (sp->around is a page) keeps
+ * its page. Context: sp->lock (read); the hints race, harmlessly.
+ */
+static uint64_t around_now(struct space *sp, uint64_t soff)
+{
+	uint64_t end = atomic_load_explicit(&sp->seq_end, memory_order_relaxed);
+	uint64_t win = atomic_load_explicit(&sp->seq_win, memory_order_relaxed);
+	uint64_t w = sp->around;
+
+	if (w > sp->page_size && win >= w && soff + win >= end &&
+	    soff < end + 2 * win)
+		w = min_u64(win * 2, max_u64(SEQ_AROUND_MAX, w));
+	return w;
+}
+
+/* Note the window @pl planned for the next fault's around_now(). */
+static void around_note(struct space *sp, const struct plan *pl, uint64_t w)
+{
+	atomic_store_explicit(&sp->seq_end, pl->src + pl->len,
+			      memory_order_relaxed);
+	atomic_store_explicit(&sp->seq_win, w, memory_order_relaxed);
+}
+
+/*
  * plan_locked() - what the fault on @page installs. Returns false when no
  * range holds it (not ours: the caller wakes it, and the access fails or
  * is the kernel's to handle). Context: sp->lock (read).
@@ -546,13 +581,14 @@ static bool plan_locked(struct space *sp, uint64_t page, struct plan *pl)
 	pl->page = page;
 	pl->gen = sp->gen;
 	pl->zero = src_zero(sp, soff);
-	w = pl->zero ? ZERO_AROUND : sp->around;
+	w = pl->zero ? ZERO_AROUND : around_now(sp, soff);
 	if (g && seg_bit(sp, soff, &bit) && bit_test(sp->zero, bit)) {
 		pl->zero = true; /* removed: zeros, this page only */
 		a = soff;
 		b = soff + sp->page_size;
 	} else {
-		a = soff - soff % w;
+		/* Aligned to the base window: a wider one reaches ahead. */
+		a = soff - soff % (pl->zero ? w : min_u64(w, sp->around));
 		b = a + w;
 		window_clip(sp, r, soff, &a, &b);
 		if (g && !pl->zero) {
@@ -566,6 +602,8 @@ static bool plan_locked(struct space *sp, uint64_t page, struct plan *pl)
 	pl->src = a;
 	pl->start = r->start + (a - r->src_off);
 	pl->len = b - a;
+	if (!pl->zero)
+		around_note(sp, pl, w);
 	return true;
 }
 
@@ -844,6 +882,7 @@ static struct fault_ret fault_once(struct space *sp, uint64_t page,
 		return fr(FR_DONE);
 	}
 	pthread_rwlock_unlock(&sp->lock);
+	session_push_after(sp->s, sp, pl.start + pl.len);
 	if (!pl.zero)
 		err = fault_content(sp, &pl, buf, *no_view, &data);
 	install_begin(sp);
