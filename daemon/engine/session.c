@@ -59,9 +59,17 @@ static char tag_peer, tag_wake;
 _Static_assert(HANDLERS_MAX + PUSHERS <= INFLIGHT_SLOTS,
 	       "every handler and pusher has an install slot");
 
+/*
+ * One handler per CPU but one, at most HANDLERS_MAX: the restored program
+ * runs beside them, and handlers that outnumber the CPUs it leaves free
+ * preempt it and each other. Measured on 2 CPUs (faultd-bench run criu,
+ * 256 MiB, the program reading from the start), 1 handler against 2: all
+ * in 0.84x criu lazy-pages' time against 0.92-1.0x in order, 0.38x against
+ * 0.55x at random, the program's p99 read 1.07x criu's against 1.76x.
+ */
 static unsigned int default_handlers(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	long n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
 
 	return n < 1 ? 1 : n > HANDLERS_MAX ? HANDLERS_MAX : (unsigned int)n;
 }
