@@ -66,6 +66,8 @@ _Static_assert(HANDLERS_MAX + PUSHERS <= INFLIGHT_SLOTS,
  * 256 MiB, the program reading from the start), 1 handler against 2: all
  * in 0.84x criu lazy-pages' time against 0.92-1.0x in order, 0.38x against
  * 0.55x at random, the program's p99 read 1.07x criu's against 1.76x.
+ * A session with a remote source gets HANDLERS_MAX instead (its handlers
+ * sleep on the network: session_own_source()).
  */
 static unsigned int default_handlers(void)
 {
@@ -139,7 +141,7 @@ int session_create(const struct session_opts *o,
 	s->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	s->workers = calloc(s->nr_handlers, sizeof(*s->workers));
+	s->workers = calloc(HANDLERS_MAX, sizeof(*s->workers));
 	if (s->epfd < 0 || s->ctl_epfd < 0 || s->wake_fd < 0 ||
 	    s->stop_fd < 0) {
 		ret = -errno;
@@ -196,6 +198,16 @@ int session_own_source(struct session *s, struct source *src)
 		return -ENOMEM;
 	s->srcs = v;
 	s->srcs[s->nr_srcs++] = src;
+	/* Reads that wait on another host: each fault's handler sleeps,
+	 * and one handler would fetch one fault at a time (measured,
+	 * faultd-bench run remote, 1 ms per read: on demand 2.0x slower
+	 * with 1 handler than with 2). Decided before the handlers start
+	 * and before the first space, whose port is made for the handlers
+	 * there are (a CRIU page server's tasks come later: they keep the
+	 * default). */
+	if (src->remote && !s->o.handlers && !s->spaces &&
+	    !atomic_load(&s->running))
+		s->nr_handlers = HANDLERS_MAX;
 	return 0;
 }
 

@@ -657,7 +657,7 @@ int criu_page_server_source(struct criu_dump *d, pid_t pid,
 	p->ps = ps;
 	p->pid = (uint32_t)pid;
 	p->s = (struct source){ .ops = &ps_src_ops, .size = p->m.size,
-				.page_size = CRIU_PAGE_SIZE };
+				.page_size = CRIU_PAGE_SIZE, .remote = true };
 	memcpy(p->s.id, p->m.id, sizeof(p->s.id));
 	*sp = &p->s;
 	return 0;

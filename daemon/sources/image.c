@@ -371,6 +371,7 @@ int src_image_open_over(struct source *under, const struct img_key *key,
 	si->src.ops = &src_remote_image_ops;
 	si->src.size = (si->img->h.region_len + 4095) & ~4095ull;
 	si->src.page_size = 4096;
+	si->src.remote = under->remote;
 	wset_image_space(si->img, &ws);
 	memcpy(si->src.id, ws.src_id, sizeof(si->src.id));
 	*sp = &si->src;

@@ -199,6 +199,7 @@ static int nbd_open(const char *uri, uint64_t size, size_t page_size,
 	info = nset_info(n->set);
 	n->export_size = saved ? saved : info->ex.size;
 	n->s = (struct source){ .ops = &nbd_ops, .page_size = page_size,
+				.remote = true,
 				.stale = saved && saved != info->ex.size };
 	ret = n->s.stale ? 0 : size_check(info, &size, page_size, why,
 					  why_len);

@@ -111,6 +111,10 @@ struct source {
 	/* Not what it was when the session began (a restart found it
 	 * changed): every read fails, so its pages are poisoned. */
 	bool stale;
+	/* Reads wait for another host (NBD, a CRIU page server): a fault's
+	 * handler sleeps meanwhile, using no CPU, and more handlers keep
+	 * more reads in flight (the engine's default count, session.c). */
+	bool remote;
 };
 
 /*
