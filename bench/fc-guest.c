@@ -204,3 +204,35 @@ int fc_handler_wait(pid_t pid)
 		return -errno;
 	return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : -EIO;
 }
+
+uint64_t fc_mix(uint64_t x)
+{
+	uint64_t z = x * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+int fc_mem_file_write(const char *path, uint64_t size)
+{
+	uint64_t *buf = malloc(1 << 20);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600), ret = 0;
+
+	if (fd < 0 || !buf) {
+		ret = fd < 0 ? -errno : -ENOMEM;
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return ret;
+	}
+	for (uint64_t at = 0; !ret && at < size; at += 1 << 20) {
+		for (size_t i = 0; i < (1 << 20) / 8; i++)
+			buf[i] = fc_mix(at / 8 + i);
+		if (pwrite(fd, buf, 1 << 20, (off_t)at) != 1 << 20)
+			ret = -EIO;
+	}
+	close(fd);
+	free(buf);
+	return ret;
+}

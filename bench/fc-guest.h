@@ -51,4 +51,11 @@ pid_t fc_faultd_start(const char *sock, const char *notify,
 /* Wait for a handler to exit: 0 when it exited 0. */
 int fc_handler_wait(pid_t pid);
 
+/* splitmix64 of @x: the memory files' words, and the benches' orders. */
+uint64_t fc_mix(uint64_t x);
+
+/* Write a guest's memory file of @size bytes at @path (made, mode 0600):
+ * word i is fc_mix(i). 0 or -errno. */
+int fc_mem_file_write(const char *path, uint64_t size);
+
 #endif /* FAULTD_BENCH_FC_GUEST_H */

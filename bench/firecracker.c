@@ -70,15 +70,6 @@ static struct {
 	const char *skipped;
 } fb;
 
-static uint64_t mix(uint64_t x)
-{
-	uint64_t z = x * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void cleanup(void)
 {
 	if (fb.dir[0]) {
@@ -92,8 +83,8 @@ static void cleanup(void)
 /* The memory file and the touch order, made once for the run. */
 static int mem_file_get(uint64_t size)
 {
-	uint64_t *buf, pages = size / 4096;
-	int fd, ret = 0;
+	uint64_t pages = size / 4096;
+	int ret;
 
 	if (fb.size == size)
 		return 0;
@@ -106,27 +97,14 @@ static int mem_file_get(uint64_t size)
 	snprintf(fb.mem, sizeof(fb.mem), "%s/mem", fb.dir);
 	snprintf(fb.sock, sizeof(fb.sock), "%s/sock", fb.dir);
 	snprintf(fb.notify, sizeof(fb.notify), "%s/notify", fb.dir);
-	fd = open(fb.mem, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	buf = malloc(1 << 20);
-	if (fd < 0 || !buf) {
-		free(buf);
-		return fd < 0 ? -errno : -ENOMEM;
-	}
-	for (uint64_t at = 0; !ret && at < size; at += 1 << 20) {
-		for (size_t i = 0; i < (1 << 20) / 8; i++)
-			buf[i] = mix(at / 8 + i);
-		if (pwrite(fd, buf, 1 << 20, (off_t)at) != 1 << 20)
-			ret = -EIO;
-	}
-	close(fd);
-	free(buf);
+	ret = fc_mem_file_write(fb.mem, size);
 	fb.order = malloc(pages * sizeof(*fb.order));
 	if (ret || !fb.order)
 		return ret ? ret : -ENOMEM;
 	for (uint64_t i = 0; i < pages; i++)
 		fb.order[i] = i;
 	for (uint64_t i = 0; i + 1 < pages; i++) {
-		uint64_t j = i + mix(~i) % (pages - i), x = fb.order[i];
+		uint64_t j = i + fc_mix(~i) % (pages - i), x = fb.order[i];
 
 		fb.order[i] = fb.order[j];
 		fb.order[j] = x;

@@ -80,15 +80,6 @@ static struct {
 	const char *skipped;
 } rm = { .home_ns = -1, .client_ns = -1 };
 
-static uint64_t mix(uint64_t x)
-{
-	uint64_t z = x * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void cleanup(void)
 {
 	char cmd[96];
@@ -105,26 +96,6 @@ static void cleanup(void)
  * Made once for the run: the file, the set, the namespaces, the record.
  */
 
-static int mem_file(uint64_t size)
-{
-	uint64_t *buf = malloc(1 << 20);
-	int fd = open(rm.mem, O_WRONLY | O_CREAT | O_CLOEXEC, 0600), ret = 0;
-
-	if (fd < 0 || !buf) {
-		free(buf);
-		return fd < 0 ? -errno : -ENOMEM;
-	}
-	for (uint64_t at = 0; !ret && at < size; at += 1 << 20) {
-		for (size_t i = 0; i < (1 << 20) / 8; i++)
-			buf[i] = mix(at / 8 + i);
-		if (pwrite(fd, buf, 1 << 20, (off_t)at) != 1 << 20)
-			ret = -EIO;
-	}
-	close(fd);
-	free(buf);
-	return ret;
-}
-
 /* A fixed random 1 page in EVERY, in a random order. */
 static int set_make(uint64_t pages)
 {
@@ -134,10 +105,10 @@ static int set_make(uint64_t pages)
 	if (!rm.set)
 		return -ENOMEM;
 	for (uint64_t p = 0; p < pages; p++)
-		if (mix(p ^ 0x28) % EVERY == 0 && n < pages / EVERY + 1)
+		if (fc_mix(p ^ 0x28) % EVERY == 0 && n < pages / EVERY + 1)
 			rm.set[n++] = p;
 	for (uint64_t i = 0; i + 1 < n; i++) {
-		uint64_t j = i + mix(~i) % (n - i), x = rm.set[i];
+		uint64_t j = i + fc_mix(~i) % (n - i), x = rm.set[i];
 
 		rm.set[i] = rm.set[j];
 		rm.set[j] = x;
@@ -491,7 +462,7 @@ static int setup(const struct bench_opts *o)
 	snprintf(rm.dlog, sizeof(rm.dlog), "%s/faultd.log", rm.dir);
 	snprintf(rm.uri, sizeof(rm.uri), "nbd://%s:%s/", NETNS_SERVER, PORT);
 	rm.size = size;
-	ret = mem_file(size);
+	ret = fc_mem_file_write(rm.mem, size);
 	if (!ret)
 		ret = set_make(size / 4096);
 	if (!ret)
