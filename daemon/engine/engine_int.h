@@ -178,8 +178,7 @@ void session_set_identity(struct session *s, uint64_t id, uid_t uid,
 bool daemon_stopping(void);
 void session_wake(struct session *s);
 void session_note_all_in(struct session *s);
-void session_note_fault(struct session *s, struct space *sp, uint64_t page);
-void session_push_after(struct session *s, struct space *sp, uint64_t addr);
+void session_note_fault(struct session *s);
 int session_record_save(struct session *s);
 void session_record_end(struct session *s);
 

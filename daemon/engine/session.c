@@ -470,26 +470,14 @@ void session_note_all_in(struct session *s)
 	session_wake(s);
 }
 
-/*
- * A fault came for @page of @sp: the push goes on after it, where the
- * next faults are likely to be if the client reads in order.
- */
-void session_note_fault(struct session *s, struct space *sp, uint64_t page)
+/* A fault came: counted; the first one may start the push. */
+void session_note_fault(struct session *s)
 {
 	uint64_t zero = 0, now = now_ns();
 
 	atomic_fetch_add(&s->faults, 1);
 	if (atomic_compare_exchange_strong(&s->first_fault_ns, &zero, now))
 		pthread_cond_broadcast(&s->push_cond);
-	session_push_after(s, sp, page + sp->page_size);
-}
-
-/* The push goes on from @addr of @sp: after what a fault installs. */
-void session_push_after(struct session *s, struct space *sp, uint64_t addr)
-{
-	atomic_store(&s->push_space, sp);
-	atomic_store(&s->push_from, addr);
-	atomic_fetch_add(&s->push_hint_seq, 1);
 }
 
 /*

@@ -555,9 +555,12 @@ static uint64_t around_now(struct space *sp, uint64_t soff)
 	return w;
 }
 
-/* Note the window @pl planned for the next fault's around_now(). */
+/* Note the window @pl planned for the next fault's around_now(); a
+ * space whose window is a page (a recording) has nothing to note. */
 static void around_note(struct space *sp, const struct plan *pl, uint64_t w)
 {
+	if (sp->around <= sp->page_size)
+		return;
 	atomic_store_explicit(&sp->seq_end, pl->src + pl->len,
 			      memory_order_relaxed);
 	atomic_store_explicit(&sp->seq_win, w, memory_order_relaxed);
@@ -588,7 +591,7 @@ static bool plan_locked(struct space *sp, uint64_t page, struct plan *pl)
 		b = soff + sp->page_size;
 	} else {
 		/* Aligned to the base window: a wider one reaches ahead. */
-		a = soff - soff % (pl->zero ? w : min_u64(w, sp->around));
+		a = soff - soff % (pl->zero ? w : sp->around);
 		b = a + w;
 		window_clip(sp, r, soff, &a, &b);
 		if (g && !pl->zero) {
@@ -882,7 +885,9 @@ static struct fault_ret fault_once(struct space *sp, uint64_t page,
 		return fr(FR_DONE);
 	}
 	pthread_rwlock_unlock(&sp->lock);
-	session_push_after(sp->s, sp, pl.start + pl.len);
+	/* The push goes on after what this fault installs: where the next
+	 * faults are likely to be if the client reads in order. */
+	session_push_from(sp->s, sp, pl.start + pl.len);
 	if (!pl.zero)
 		err = fault_content(sp, &pl, buf, *no_view, &data);
 	install_begin(sp);
@@ -946,7 +951,7 @@ static struct fault_ret space_fault(struct ureader *rd, struct uport *p,
 	if (!req->counted) {
 		req->counted = true;
 		atomic_fetch_add(&sp->st.faults, 1);
-		session_note_fault(sp->s, sp, page);
+		session_note_fault(sp->s);
 		if (sp->seen)
 			record_touch(sp, page);
 	}

@@ -27,17 +27,14 @@
  *             in the tree; after the check it is reaped and its status
  *             checked
  *   seq       read one word per page in order (timed), then check
- *   seqtop    the same over the last eighth of region 0 only: memory a
- *             background copy that starts at the lowest address reaches
- *             last
  *   random    read one word per page in a random order (timed), then check
  *   part      check a seeded tenth of region 0's pages, nothing else: a
  *             working set (a restore that records it, then one that
  *             replays it)
  *
- * A SIGUSR1 sent with sigqueue() and a value of 1, 2, 3 or 4 runs seq,
- * random, basic or seqtop instead of the mode the process was dumped with (one dump then
- * serves every measurement of faultd-bench's criu scenario).
+ * A SIGUSR1 sent with sigqueue() and a value of 1, 2 or 3 runs seq,
+ * random or basic instead of the mode the process was dumped with (one
+ * dump then serves every measurement of faultd-bench's criu scenario).
  *
  * Each process appends one line to FILE ("role=parent ok=1 bad=0 ...",
  * with CLOCK_REALTIME times in ns: t_go when SIGUSR1 came, t_first after
@@ -269,19 +266,19 @@ static uint32_t *pass_order(const struct wl *w, size_t pages, bool random)
 }
 
 /*
- * One word per page of region 0 from page @from on, in order or in a
- * random order, each read timed: its p50 and p99 are what a restored
- * program feels of the fault service (a page already in costs ~0).
+ * One word per page of region 0, in order or in a random order, each read
+ * timed: its p50 and p99 are what a restored program feels of the fault
+ * service (a page already in costs ~0).
  */
-static void timed_pass(struct wl *w, bool random, size_t from)
+static void timed_pass(struct wl *w, bool random)
 {
-	size_t pages = w->len / WL_PAGE - from;
+	size_t pages = w->len / WL_PAGE;
 	uint32_t *order = pass_order(w, pages, random);
 	uint32_t *lat = fresh_array(pages);
 	volatile uint64_t sink = 0;
 
 	for (size_t i = 0; i < pages; i++) {
-		size_t pg = from + order[i];
+		size_t pg = order[i];
 		uint64_t t = mono_ns();
 
 		sink += *(volatile uint64_t *)r0_at(w, pg * WL_PAGE);
@@ -335,9 +332,7 @@ static void prepare_mode(struct wl *w)
 		w->moved = to;
 	}
 	if (!strcmp(w->mode, "seq") || !strcmp(w->mode, "random"))
-		timed_pass(w, !strcmp(w->mode, "random"), 0);
-	if (!strcmp(w->mode, "seqtop"))
-		timed_pass(w, false, w->len / WL_PAGE / 8 * 7);
+		timed_pass(w, !strcmp(w->mode, "random"));
 	if (!strcmp(w->mode, "mprotect-wait"))
 		wait_go();
 }
@@ -426,7 +421,7 @@ int main(int argc, char **argv)
 	static struct slice sl[MAX_THREADS];
 	pthread_t t[MAX_THREADS];
 	static const char *const go_modes[] = { NULL, "seq", "random",
-						"basic", "seqtop" };
+						"basic" };
 	int ready = -1, c;
 	siginfo_t si;
 	sigset_t set;
@@ -465,7 +460,7 @@ int main(int argc, char **argv)
 	tell_ready(&w, ready);
 	si = wait_go();
 	if (si.si_code == SI_QUEUE && si.si_value.sival_int > 0 &&
-	    si.si_value.sival_int < 5)
+	    si.si_value.sival_int < 4)
 		w.mode = go_modes[si.si_value.sival_int];
 	return after_go(&w, t);
 }
