@@ -455,7 +455,7 @@ static void criu_finish(struct session *s, struct criu_fe *f)
 	fprintf(stderr, "faultd lazy-pages: %s: %u tasks, %llu pages in "
 		"(%llu for faults, %llu pushed, %llu zero; %llu replayed), "
 		"%llu poisoned, %llu faults, fault p50 %llu us p99 %llu us, "
-		"%llu ms\n",
+		"%llu ms; %llu pages were in already\n",
 		v.poisoned ? "restore incomplete" : "all in", v.spaces,
 		(unsigned long long)(v.pages_urgent + v.pages_background +
 				     v.pages_zero),
@@ -466,7 +466,8 @@ static void criu_finish(struct session *s, struct criu_fe *f)
 		(unsigned long long)v.poisoned, (unsigned long long)v.faults,
 		(unsigned long long)(v.p50_ns / 1000),
 		(unsigned long long)(v.p99_ns / 1000),
-		(unsigned long long)v.age_ms);
+		(unsigned long long)v.age_ms,
+		(unsigned long long)v.eexist);
 	session_stop(s);
 }
 
