@@ -58,6 +58,9 @@ struct space {
 	size_t nseg;
 	_Atomic uint64_t *done;	/* tracked page: in, removed or gone */
 	_Atomic uint64_t *zero;	/* tracked page: reads zeros from now on */
+	/* Tracked page: an install of it is under way (space.c, claims).
+	 * The daemon's own: a restarted daemon starts with none. */
+	_Atomic uint64_t *busy;
 	/* Both bitmaps live in a memfd a restarted daemon finds (persist.c),
 	 * with the journal of the range table. */
 	int state_fd;
@@ -200,7 +203,7 @@ int space_create(struct session *s, int uffd, pid_t pid, uint64_t id,
 int space_fork_locked(struct space *sp, int ufd, struct space **childp);
 struct space *space_alloc(struct session *s, struct source *src,
 			  size_t page_size);
-void space_restored(struct space *sp);
+int space_restored(struct space *sp);
 void space_free(struct space *sp);
 void space_mark_gone(struct space *sp);
 bool space_next_pending(struct space *sp, uint64_t from,

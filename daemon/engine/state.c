@@ -214,7 +214,11 @@ int state_restore(struct session *s, int fd, int uffd,
 		space_free(sp);
 		return ret;
 	}
-	space_restored(sp);
+	ret = space_restored(sp);
+	if (ret) {
+		space_free(sp);
+		return ret;
+	}
 	*spp = sp;
 	return 0;
 }
