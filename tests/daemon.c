@@ -1513,14 +1513,14 @@ Test(daemon, the_daemon_records_the_pages_touched)
 /*
  * The faults a reader in order takes over @len bytes of data: the first
  * window is 64 KiB (fault-around), each next one twice the last, up to
- * 1 MiB (space.c, around_now()).
+ * 2 MiB (engine_int.h AROUND_SEQ_MAX, space.c around_now()).
  */
 static uint64_t in_order_faults(uint64_t len)
 {
 	uint64_t n = 0, win = 64 << 10;
 
 	for (uint64_t at = 0; at < len; at += win, n++)
-		win = n ? (win * 2 > MIB ? MIB : win * 2) : win;
+		win = n ? (win * 2 > 2 * MIB ? 2 * MIB : win * 2) : win;
 	return n;
 }
 

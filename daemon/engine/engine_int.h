@@ -15,6 +15,9 @@
 #include "uffd.h"
 
 #define PUSHERS 2		/* push threads per session */
+/* The most one fault of a reader in order installs (space.c,
+ * around_now()); a handler's buffer holds that much. */
+#define AROUND_SEQ_MAX (2ul << 20)
 
 /* Counters of a space; atomics, summed for the session's view. */
 struct space_stats {

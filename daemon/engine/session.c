@@ -614,10 +614,12 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* The largest window a fault of any space may read: a huge page too. */
+/* The largest window a fault of any space may read: a reader in
+ * order's, a huge page too. */
 static size_t worker_buf_len(const struct session *s)
 {
-	size_t len = s->o.around > (64ul << 10) ? s->o.around : 64ul << 10;
+	size_t len = s->o.around > AROUND_SEQ_MAX ? s->o.around
+						  : AROUND_SEQ_MAX;
 
 	return len > (2ul << 20) ? len : 2ul << 20;
 }
