@@ -203,6 +203,27 @@ void install_range(const struct inst_req *q, struct inst_res *res)
 }
 
 /*
+ * install_wake() - the wake that install_range() of @q made with
+ * INST_DONTWAKE left out: the range's waiters woken where the install
+ * went in (the kernel's own wake, which DONTWAKE stops) and, as
+ * install_range() wakes, where it ended with pages present or gone
+ * (res->woken); on AGAIN or FAILED only the part it reached. For a caller
+ * that counts what went in before any waiter runs: a thread woken on the
+ * waker's CPU takes it at once, and the count waits behind it.
+ */
+void install_wake(const struct inst_req *q, struct inst_res *res)
+{
+	size_t reached = res->done + res->present + res->gone;
+
+	if (res->end == UFFD_AGAIN || res->end == UFFD_FAILED) {
+		if (reached)
+			(void)uffd_wake(q->uffd, q->dst, reached);
+		return;
+	}
+	res->woken = !uffd_wake(q->uffd, q->dst, q->len);
+}
+
+/*
  * install_outcome() - what install_range() did, as one outcome, for a
  * caller that installs one page (or wants the first reason it was not
  * installed): the stop if it stopped, else EXISTS if a page was present,

@@ -137,6 +137,7 @@ struct inst_res {
 };
 
 void install_range(const struct inst_req *q, struct inst_res *res);
+void install_wake(const struct inst_req *q, struct inst_res *res);
 enum uffd_outcome install_outcome(const struct inst_res *res);
 struct fault_ret install_fault_ret(const struct inst_res *res);
 const void *install_zeros(size_t len);
