@@ -44,7 +44,11 @@
  *     under space->lock when a fork's space is noted; never held across
  *     I/O)
  * Bits of a space's bitmaps are changed with atomics under space->lock
- * held for reading (installs) or writing (events).
+ * held for reading (installs) or writing (events). An install claims each
+ * tracked page it takes (space->busy, a test-and-set under space->lock
+ * for reading) and gives the claim back once the page is counted done or
+ * its install failed; a page claimed by another is left to it (space.c,
+ * claims). Claims are not locks: nothing waits on one.
  */
 #ifndef FAULTD_ENGINE_H
 #define FAULTD_ENGINE_H
