@@ -65,11 +65,22 @@ static bool bit_set(_Atomic uint64_t *bm, uint64_t i)
 	return !bitmap_test_and_set(bm, i, memory_order_seq_cst);
 }
 
-/* The segment that tracks source offset @off, or NULL. */
+/*
+ * The segment that tracks source offset @off, or NULL. The one this
+ * thread found last is tried first: runs and windows are walked page by
+ * page, and a search per page was 3.6 % of the daemon's CPU (perf,
+ * faultd-bench run criu, the program reading in order). The hint is only
+ * an index, checked against this space's segments before it is used: it
+ * may be another space's.
+ */
 static const struct sseg *seg_find(const struct space *sp, uint64_t off)
 {
+	static __thread size_t hint;
 	size_t lo = 0, hi = sp->nseg;
 
+	if (hint < sp->nseg && off >= sp->seg[hint].off &&
+	    off - sp->seg[hint].off < sp->seg[hint].len)
+		return &sp->seg[hint];
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		const struct sseg *g = &sp->seg[mid];
@@ -79,7 +90,7 @@ static const struct sseg *seg_find(const struct space *sp, uint64_t off)
 		else if (off - g->off >= g->len)
 			lo = mid + 1;
 		else
-			return g;
+			return &sp->seg[hint = mid];
 	}
 	return NULL;
 }
