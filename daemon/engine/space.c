@@ -185,18 +185,17 @@ static void page_unclaim(struct space *sp, uint64_t bit)
 	bitmap_test_and_clear(sp->busy, bit, memory_order_release);
 }
 
-/* Give back the claims of the tracked pages of [a, a + len) of the plan
- * or run whose client address @start is source offset @src; @keep: a
- * page not claimed here (UINT64_MAX: none). Context: sp->lock. */
-static void pages_unclaim(struct space *sp, uint64_t start, uint64_t src,
-			  uint64_t a, uint64_t len, uint64_t keep)
+/* Take tracked page @bit for an install: claimed, and not done since
+ * (a claim given back comes after its page is done). Context: sp->lock. */
+static bool page_take(struct space *sp, uint64_t bit)
 {
-	for (uint64_t o = 0; o < len; o += sp->page_size) {
-		uint64_t bit;
-
-		if (a + o != keep && seg_bit(sp, src + (a + o - start), &bit))
-			page_unclaim(sp, bit);
+	if (!page_claim(sp, bit))
+		return false;
+	if (bit_test(sp->done, bit)) {
+		page_unclaim(sp, bit);
+		return false;
 	}
+	return true;
 }
 
 /* Every page of source [off, off + len) that is tracked is done. */
@@ -734,8 +733,8 @@ int space_read(struct space *sp, uint64_t off, size_t len, char *buf,
 
 /*
  * Is page @addr of the window one to install? A tracked one is then
- * claimed (pages_unclaim() after its install). The faulting page always
- * is, claimed by another or not. Context: sp->lock.
+ * claimed (given back by install_done()). The faulting page always is,
+ * claimed by another or not. Context: sp->lock.
  */
 static bool page_wanted(struct space *sp, struct plan *pl, uint64_t addr)
 {
@@ -747,13 +746,9 @@ static bool page_wanted(struct space *sp, struct plan *pl, uint64_t addr)
 		pl->page_theirs = !page_claim(sp, bit);
 		return true;
 	}
-	if (bit_test(sp->zero, bit) || !page_claim(sp, bit))
+	if (bit_test(sp->zero, bit))
 		return false;
-	if (!pl->zero && bit_test(sp->done, bit)) {
-		page_unclaim(sp, bit); /* done since: its claim was given back */
-		return false;
-	}
-	return true;
+	return pl->zero ? page_claim(sp, bit) : page_take(sp, bit);
 }
 
 /* The process is gone: nothing of the space is pending any more. */
@@ -770,13 +765,16 @@ void space_mark_gone(struct space *sp)
 }
 
 /*
- * The install of [a, a + len) ended: count it and mark its tracked pages
- * done. Returns 0 when it reached its end or its range is gone, else the
- * -errno it stopped at (the push's answer; a fault's is
+ * The install of [a, a + len) ended: count it, mark the tracked pages it
+ * put in done, and give back the claims of all its pages but @keep (a
+ * page not claimed by this install; UINT64_MAX: none), each after its
+ * page is done. Returns 0 when it reached its end or its range is gone,
+ * else the -errno it stopped at (the push's answer; a fault's is
  * install_fault_ret()). Context: sp->lock.
  */
 static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
-			const struct inst_res *res, bool background)
+			uint64_t len, const struct inst_res *res,
+			bool background, uint64_t keep)
 {
 	uint64_t in = res->done + res->present + res->gone;
 
@@ -794,11 +792,15 @@ static int install_done(struct space *sp, const struct plan *pl, uint64_t a,
 				 res->done / sp->page_size);
 	if (res->present)
 		atomic_fetch_add(&sp->st.eexist, res->present / sp->page_size);
-	for (uint64_t o = 0; o < in; o += sp->page_size) {
+	for (uint64_t o = 0; o < len; o += sp->page_size) {
 		uint64_t bit;
 
-		if (seg_bit(sp, pl->src + (a + o - pl->start), &bit))
+		if (!seg_bit(sp, pl->src + (a + o - pl->start), &bit))
+			continue;
+		if (o < in)
 			page_done(sp, bit);
+		if (a + o != keep)
+			page_unclaim(sp, bit);
 	}
 	if (res->end == UFFD_GONE && res->err == -ESRCH)
 		space_mark_gone(sp);
@@ -872,9 +874,8 @@ static struct fault_ret install_runs_locked(struct space *sp,
 		install_req(sp, &q, a, b - a, buf ? buf + (a - pl->start) : 0,
 			    pl->zero, INST_DONTWAKE);
 		install_range(&q, &res);
-		install_done(sp, pl, a, &res, false);
-		pages_unclaim(sp, pl->start, pl->src, a, b - a,
-			      pl->page_theirs ? pl->page : UINT64_MAX);
+		install_done(sp, pl, a, b - a, &res, false,
+			     pl->page_theirs ? pl->page : UINT64_MAX);
 		install_wake(&q, &res);
 		ret = install_fault_ret(&res);
 		if (!fr_is(ret, FR_DONE))
@@ -1192,15 +1193,10 @@ static bool run_page_takes(struct space *sp, const struct plan *pl,
 	if (!seg_bit(sp, pl->src + (a - pl->start), &bit) ||
 	    bit_test(sp->done, bit))
 		return false;
-	if (!page_claim(sp, bit)) {
-		*theirs = true;
-		return false;
-	}
-	if (bit_test(sp->done, bit)) {
-		page_unclaim(sp, bit);
-		return false;
-	}
-	return true;
+	if (page_take(sp, bit))
+		return true;
+	*theirs |= !bit_test(sp->done, bit); /* another's, under way */
+	return false;
 }
 
 /*
@@ -1247,8 +1243,8 @@ ssize_t space_install_run(struct space *sp, const struct space_run *run,
 			    pl.zero, INST_DONTWAKE);
 		install_range(&q, &res);
 		pages += (ssize_t)(res.done / ps);
-		ret = install_done(sp, &pl, a, &res, background);
-		pages_unclaim(sp, pl.start, pl.src, a, b - a, UINT64_MAX);
+		ret = install_done(sp, &pl, a, b - a, &res, background,
+				   UINT64_MAX);
 		a = b;
 	}
 	if (ret != -ESTALE)
